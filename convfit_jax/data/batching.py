@@ -1,0 +1,280 @@
+"""Fixed-shape batches for jit: Stage 2 pair batches, Stage 1 (context, response) batches.
+
+Every batch of a run has the same shapes: a last partial batch is padded and
+its padding carries weight 0, so no example is dropped and nothing recompiles.
+
+Stage 2 sentences are tokenised once into a `SentenceTable`. A pair batch of B
+pairs carries the distinct sentences its pairs use as a padded [2B, L] slice of
+that table plus `u_idx`, `v_idx` into the slice, so the train step encodes each
+distinct sentence once and gathers the pair sides from the embeddings.
+
+Multi-host: every process builds the same global batch and keeps only its
+contiguous slice of the leading axis of every array (`process_index` of
+`process_count`); concatenating the slices of all processes gives exactly the
+single-process global batch. `u_idx` / `v_idx` index the *global* [2B] sentence
+slice, which is what a train step sees once the per-process slices are
+assembled into global arrays (`jax.make_array_from_process_local_data`).
+
+Order is reshuffled every epoch from (seed, epoch), so a run resumed at step k
+with `start_step=k` sees the same batches as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence, TypeVar
+
+import numpy as np
+
+from convfit_jax.data.conversations import Conversation
+from convfit_jax.data.pairs import Pairs
+from convfit_jax.tokenize import tokenize
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceTable:
+  """Unique sentences tokenised once: input_ids, attention_mask [n, L] int32."""
+  input_ids: np.ndarray
+  attention_mask: np.ndarray
+
+  def __len__(self) -> int:
+    return int(self.input_ids.shape[0])
+
+  @classmethod
+  def from_texts(cls, tokenizer, texts: Sequence[str], max_length: int = 48) -> SentenceTable:
+    ids, mask = tokenize(tokenizer, texts, max_length)
+    return cls(ids, mask)
+
+
+class PairBatch(NamedTuple):
+  """One Stage 2 batch (or one process's slice of it).
+
+  Global shapes for B pairs: input_ids, attention_mask [2B, L] int32 (distinct
+  sentences, padding rows repeat a used sentence); sentence_ids [2B] int32 (their
+  table rows); u_idx, v_idx [B] int32 rows of the global [2B] slice; targets [B]
+  float32; weights [B] float32 (0 for padding pairs). A process's slice holds
+  rows [p*2B/P, (p+1)*2B/P) of the first three and [p*B/P, (p+1)*B/P) of the rest.
+  """
+  input_ids: np.ndarray
+  attention_mask: np.ndarray
+  sentence_ids: np.ndarray
+  u_idx: np.ndarray
+  v_idx: np.ndarray
+  targets: np.ndarray
+  weights: np.ndarray
+
+
+class ConversationBatch(NamedTuple):
+  """One Stage 1 batch: context_/response_ ids and mask [B, L] int32, weights [B] float32."""
+  context_ids: np.ndarray
+  context_mask: np.ndarray
+  response_ids: np.ndarray
+  response_mask: np.ndarray
+  weights: np.ndarray
+
+
+def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  if process_index is None or process_count is None:
+    import jax  # pylint: disable=import-outside-toplevel
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+  return process_index, process_count
+
+
+def _check_divisible(batch_size: int, process_count: int):
+  if batch_size <= 0 or batch_size % process_count:
+    raise ValueError(f"batch_size {batch_size} must be a positive multiple of the "
+                     f"process count {process_count}")
+
+
+def steps_per_epoch(num_examples: int, batch_size: int) -> int:
+  """Batches in one epoch; the last partial batch counts (it is padded)."""
+  return -(-num_examples // batch_size)
+
+
+def epoch_order(num_examples: int, seed: int, epoch: int) -> np.ndarray:
+  """[num_examples] int64 permutation for `epoch`, from a PCG64 seeded by (seed, epoch)."""
+  return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_examples)
+
+
+def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
+                    targets: np.ndarray, batch_size: int, process_index: int = 0,
+                    process_count: int = 1) -> PairBatch:
+  """The batch of pairs `pair_ids` (at most batch_size), padded to batch_size.
+
+  Args:
+    table: the sentence table `pairs` indexes.
+    pairs: the Stage 2 pairs.
+    pair_ids: [k] int, k <= batch_size, which pairs.
+    targets: [len(pairs)] float32 targets of all pairs (`Pairs.targets(loss)`).
+    batch_size: B, pairs per global batch.
+    process_index, process_count: which slice of the global batch to return.
+  """
+  _check_divisible(batch_size, process_count)
+  k = len(pair_ids)
+  if not 0 < k <= batch_size:
+    raise ValueError(f"need 1..{batch_size} pair ids, got {k}")
+  sides = np.concatenate([pairs.u[pair_ids], pairs.v[pair_ids]])
+  distinct, inverse = np.unique(sides, return_inverse=True)
+  sentence_ids = np.full((2 * batch_size,), distinct[0], np.int32)
+  sentence_ids[:len(distinct)] = distinct
+  u_idx = np.zeros((batch_size,), np.int32)
+  v_idx = np.zeros((batch_size,), np.int32)
+  u_idx[:k], v_idx[:k] = inverse[:k], inverse[k:]
+  batch_targets = np.zeros((batch_size,), np.float32)
+  batch_targets[:k] = targets[pair_ids]
+  weights = np.zeros((batch_size,), np.float32)
+  weights[:k] = 1.0
+  rows = slice(process_index * 2 * batch_size // process_count,
+               (process_index + 1) * 2 * batch_size // process_count)
+  cols = slice(process_index * batch_size // process_count,
+               (process_index + 1) * batch_size // process_count)
+  own = sentence_ids[rows]
+  return PairBatch(table.input_ids[own], table.attention_mask[own], own, u_idx[cols],
+                   v_idx[cols], batch_targets[cols], weights[cols])
+
+
+def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, batch_size: int = 32,
+                 seed: int = 0, start_step: int = 0, num_steps: int | None = None,
+                 process_index: int | None = None,
+                 process_count: int | None = None) -> Iterator[PairBatch]:
+  """Stage 2 batches, epoch after epoch, each epoch in its own seeded order.
+
+  Step s is batch s % steps_per_epoch of epoch s // steps_per_epoch, so
+  `start_step=k` resumes exactly where step k of an uninterrupted run is.
+
+  Args:
+    table: tokenised sentences, len(table) == pairs.num_sentences.
+    pairs: the Stage 2 pairs.
+    loss: 'smax' | 'ocl' | 'cl' | 'cos', chooses the targets.
+    batch_size: B pairs per global batch.
+    seed: shuffling seed.
+    start_step: first global step to produce.
+    num_steps: steps to produce (None: without end).
+    process_index, process_count: default jax.process_index() / process_count().
+  """
+  process_index, process_count = _process(process_index, process_count)
+  _check_divisible(batch_size, process_count)
+  if len(table) != pairs.num_sentences:
+    raise ValueError(f"table has {len(table)} sentences, pairs index {pairs.num_sentences}")
+  if len(pairs) == 0:
+    raise ValueError("no pairs")
+  targets = pairs.targets(loss)
+  per_epoch = steps_per_epoch(len(pairs), batch_size)
+  step = start_step
+  epoch, order = None, None
+  while num_steps is None or step < start_step + num_steps:
+    if step // per_epoch != epoch:
+      epoch = step // per_epoch
+      order = epoch_order(len(pairs), seed, epoch)
+    first = (step % per_epoch) * batch_size
+    yield make_pair_batch(table, pairs, order[first:first + batch_size], targets, batch_size,
+                          process_index, process_count)
+    step += 1
+
+
+def _conversation_batch(chunk: Sequence[Conversation], tokenizer, batch_size: int,
+                        max_length: int, process_index: int,
+                        process_count: int) -> ConversationBatch:
+  per_process = batch_size // process_count
+  mine = list(chunk[process_index * per_process:(process_index + 1) * per_process])
+  real = len(mine)
+  # Padding rows repeat the global batch's first pair, so they tokenise to
+  # something valid and are the same whatever the process count; weight 0
+  # removes them from the loss.
+  mine += [chunk[0]] * (per_process - real)
+  c_ids, c_mask = tokenize(tokenizer, [c.context for c in mine], max_length)
+  r_ids, r_mask = tokenize(tokenizer, [c.response for c in mine], max_length)
+  weights = np.zeros((per_process,), np.float32)
+  weights[:real] = 1.0
+  return ConversationBatch(c_ids, c_mask, r_ids, r_mask, weights)
+
+
+def conversation_batches(open_epoch: Callable[[int], Iterable[Conversation]], tokenizer, *,
+                         batch_size: int = 256, max_length: int = 48, num_epochs: int = 1,
+                         start_step: int = 0, process_index: int | None = None,
+                         process_count: int | None = None) -> Iterator[ConversationBatch]:
+  """Stage 1 batches of global size B from a stream of conversations, tokenised per batch.
+
+  Args:
+    open_epoch: epoch -> the conversations of that epoch, in that epoch's order
+      (e.g. `lambda e: read_conversations(path, seed=seed + e, buffer_size=...)`).
+    tokenizer: a transformers fast tokenizer.
+    batch_size: B, global pairs per batch; the last batch of an epoch is padded.
+    max_length: L.
+    num_epochs: epochs to produce.
+    start_step: global batches to skip first (read, not tokenised).
+    process_index, process_count: default jax.process_index() / process_count();
+      each process tokenises only its B/P rows.
+  """
+  process_index, process_count = _process(process_index, process_count)
+  _check_divisible(batch_size, process_count)
+  step = 0
+  for epoch in range(num_epochs):
+    chunk: list[Conversation] = []
+    for conversation in open_epoch(epoch):
+      chunk.append(conversation)
+      if len(chunk) == batch_size:
+        if step >= start_step:
+          yield _conversation_batch(chunk, tokenizer, batch_size, max_length, process_index,
+                                    process_count)
+        step += 1
+        chunk = []
+    if chunk:
+      if step >= start_step:
+        yield _conversation_batch(chunk, tokenizer, batch_size, max_length, process_index,
+                                  process_count)
+      step += 1
+
+
+def prefetch(iterator: Iterable[T], size: int = 2) -> Iterator[T]:
+  """Runs `iterator` in a background thread, at most `size` items ahead.
+
+  Host work (indexing, tokenising) then overlaps the device step. An exception in
+  the producer is re-raised in the consumer; closing the returned generator (or
+  dropping it) stops the producer.
+  """
+  if size < 1:
+    raise ValueError(f"prefetch size must be >= 1, got {size}")
+  items: queue.Queue = queue.Queue(maxsize=size)
+  stop = threading.Event()
+  done = object()
+
+  def produce():
+    try:
+      for item in iterator:
+        while not stop.is_set():
+          try:
+            items.put((item, None), timeout=0.1)
+            break
+          except queue.Full:
+            continue
+        if stop.is_set():
+          return
+      items.put((done, None))
+    except BaseException as e:  # pylint: disable=broad-except
+      items.put((done, e))
+
+  thread = threading.Thread(target=produce, daemon=True, name="convfit-prefetch")
+  thread.start()
+  try:
+    while True:
+      item, error = items.get()
+      if item is done:
+        if error is not None:
+          raise error
+        return
+      yield item
+  finally:
+    stop.set()
+    while thread.is_alive():
+      try:
+        items.get_nowait()
+      except queue.Empty:
+        thread.join(timeout=0.1)

@@ -1,0 +1,258 @@
+"""Conversational data: Stage 1 (context, response) pairs and evaluation-set readers.
+
+Stage 1 readers stream: a file is read line by line, never whole, and shuffled
+through a seeded buffer, so files larger than memory work. Formats:
+
+- TSV with a header `context\tresponse[\thistory]`, no quoting (fields may hold
+  `"`); `history` is the previous turns joined by ` __eou__ `, oldest first.
+- JSONL with the same keys (history a string as above, or a list of strings).
+- PolyAI conversational-datasets Reddit JSON lines: `context`, `response`, and
+  earlier turns `context/0` (the one before `context`), `context/1`, ...
+
+Also here: response-selection cases (JSONL: context, optional history, a list of
+candidates, the index of the true one) and STS pairs (TSV score, sentence1, sentence2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, NamedTuple, TypeVar
+
+import numpy as np
+
+from convfit_jax.data.intent import DataError, decoded_lines, file_format, read_rows
+
+EOU = " __eou__ "
+T = TypeVar("T")
+
+
+class Conversation(NamedTuple):
+  """One (context, response) pair.
+
+  `history` is the turns up to and including `context`, oldest first (a
+  one-element tuple when the file gives no earlier turns).
+  """
+  context: str
+  response: str
+  history: tuple[str, ...]
+
+
+def _check_pair(path, lineno, context, response):
+  if not context.strip():
+    raise DataError(f"{path}:{lineno}: empty context")
+  if not response.strip():
+    raise DataError(f"{path}:{lineno}: empty response")
+
+
+def _history_from_string(history: str, context: str) -> tuple[str, ...]:
+  turns = tuple(t for t in history.split(EOU.strip()) if t.strip()) if history else ()
+  turns = tuple(t.strip() for t in turns)
+  if not turns or turns[-1] != context:
+    turns = turns + (context,)
+  return turns
+
+
+def _iter_tsv(path: Path) -> Iterator[Conversation]:
+  for lineno, row in read_rows(path, ("context", "response"), optional=("history",), fmt="tsv"):
+    _check_pair(path, lineno, row["context"], row["response"])
+    yield Conversation(row["context"], row["response"],
+                       _history_from_string(row["history"], row["context"]))
+
+
+def _iter_jsonl(path: Path) -> Iterator[Conversation]:
+  for lineno, line in decoded_lines(path):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+      raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("context", "response") if k not in obj]
+    if missing:
+      raise DataError(f"{path}:{lineno}: missing column(s) {', '.join(map(repr, missing))}")
+    context, response = obj["context"], obj["response"]
+    if not isinstance(context, str) or not isinstance(response, str):
+      raise DataError(f"{path}:{lineno}: context and response must be strings")
+    _check_pair(path, lineno, context, response)
+    if "history" in obj:
+      history = obj["history"]
+      if isinstance(history, list):
+        turns = tuple(history) if history and history[-1] == context else tuple(history) + (context,)
+      elif isinstance(history, str):
+        turns = _history_from_string(history, context)
+      else:
+        raise DataError(f"{path}:{lineno}: history must be a string or a list of strings")
+    else:
+      earlier = []
+      k = 0
+      while f"context/{k}" in obj:
+        earlier.append(obj[f"context/{k}"])
+        k += 1
+      turns = tuple(reversed(earlier)) + (context,)
+    if not all(isinstance(t, str) for t in turns):
+      raise DataError(f"{path}:{lineno}: history turns must be strings")
+    yield Conversation(context, response, turns)
+
+
+def shuffle_buffer(items: Iterable[T], buffer_size: int, seed: int) -> Iterator[T]:
+  """Streams `items` in a seeded random order using a buffer of `buffer_size` items.
+
+  Each output is drawn uniformly from the buffer and replaced by the next input,
+  so memory is bounded by the buffer; a buffer at least as large as the input
+  gives a uniform permutation. buffer_size <= 1 keeps the order.
+  """
+  if buffer_size <= 1:
+    yield from items
+    return
+  rng = np.random.Generator(np.random.PCG64(seed))
+  buffer: list[T] = []
+  for item in items:
+    if len(buffer) < buffer_size:
+      buffer.append(item)
+      continue
+    j = int(rng.integers(len(buffer)))
+    out, buffer[j] = buffer[j], item
+    yield out
+  for j in rng.permutation(len(buffer)):
+    yield buffer[j]
+
+
+def take_fraction(items: Iterable[T], fraction: float, seed: int, chunk: int = 4096) -> Iterator[T]:
+  """Keeps each item with probability `fraction` (independent seeded draws).
+
+  Row r is kept when its uniform draw u_r < fraction, with the draws a fixed
+  PCG64 stream of `seed`: for one seed a smaller fraction is a subset of a larger one.
+  """
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+  if fraction == 1.0:
+    yield from items
+    return
+  rng = np.random.Generator(np.random.PCG64(seed))
+  draws = rng.random(chunk)
+  k = 0
+  for item in items:
+    if k == chunk:
+      draws, k = rng.random(chunk), 0
+    if draws[k] < fraction:
+      yield item
+    k += 1
+
+
+def read_conversations(path: str | os.PathLike, *, fmt: str | None = None, fraction: float = 1.0,
+                       seed: int = 0, buffer_size: int = 0) -> Iterator[Conversation]:
+  """Streams (context, response, history) pairs from a TSV or JSONL (incl. Reddit) file.
+
+  Args:
+    path: the file; 'tsv' or 'jsonl' by suffix unless `fmt` says.
+    fmt: 'tsv' | 'jsonl' (Reddit JSON lines are 'jsonl').
+    fraction: keep this fraction of rows, chosen by `seed` (see `take_fraction`).
+    seed: seeds the fraction and the shuffle (independent streams).
+    buffer_size: shuffle buffer size (0 = file order).
+  Raises:
+    DataError naming file and line: invalid UTF-8, missing column, wrong number
+    of fields, empty context or response, invalid JSON.
+  """
+  path = Path(path)
+  fmt = file_format(path, fmt)
+  if fmt == "csv":
+    raise DataError(f"{path}: conversations are read from TSV or JSONL, not CSV")
+  rows = _iter_tsv(path) if fmt == "tsv" else _iter_jsonl(path)
+  fraction_seed, shuffle_seed = np.random.SeedSequence(seed).spawn(2)
+  rows = take_fraction(rows, fraction, fraction_seed.generate_state(1)[0])
+  return shuffle_buffer(rows, buffer_size, shuffle_seed.generate_state(1)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class ResponseSelectionSet:
+  """Response-selection cases.
+
+  Attributes:
+    contexts: n contexts.
+    histories: n histories, turns oldest first ending with the context.
+    candidates: n tuples of c candidate responses (same c for every case).
+    labels: [n] int32 index of the true response among the candidates.
+  """
+  contexts: tuple[str, ...]
+  histories: tuple[tuple[str, ...], ...]
+  candidates: tuple[tuple[str, ...], ...]
+  labels: np.ndarray
+
+  def __len__(self) -> int:
+    return len(self.contexts)
+
+
+def read_response_selection(path: str | os.PathLike) -> ResponseSelectionSet:
+  """Reads JSONL cases {"context", "history" (optional), "candidates": [str], "label": int}."""
+  path = Path(path)
+  contexts, histories, candidates, labels = [], [], [], []
+  for lineno, line in decoded_lines(path):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+      raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("context", "candidates", "label") if k not in obj]
+    if missing:
+      raise DataError(f"{path}:{lineno}: missing column(s) {', '.join(map(repr, missing))}")
+    context, cands, label = obj["context"], obj["candidates"], obj["label"]
+    if not isinstance(context, str) or not context.strip():
+      raise DataError(f"{path}:{lineno}: context must be a non-empty string")
+    if (not isinstance(cands, list) or not cands
+        or not all(isinstance(c, str) and c.strip() for c in cands)):
+      raise DataError(f"{path}:{lineno}: candidates must be a non-empty list of non-empty strings")
+    if candidates and len(cands) != len(candidates[0]):
+      raise DataError(f"{path}:{lineno}: {len(cands)} candidates, earlier cases have "
+                      f"{len(candidates[0])}")
+    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(cands):
+      raise DataError(f"{path}:{lineno}: label {label!r} is not an index into the "
+                      f"{len(cands)} candidates")
+    history = obj.get("history", "")
+    if not isinstance(history, str):
+      raise DataError(f"{path}:{lineno}: history must be a string")
+    contexts.append(context)
+    histories.append(_history_from_string(history, context))
+    candidates.append(tuple(cands))
+    labels.append(label)
+  if not contexts:
+    raise DataError(f"{path}: no cases")
+  return ResponseSelectionSet(tuple(contexts), tuple(histories), tuple(candidates),
+                              np.asarray(labels, np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class StsSet:
+  """STS pairs: `scores` [n] float32 (0-5 for STS-B) and the two sentence lists."""
+  scores: np.ndarray
+  sentence1: tuple[str, ...]
+  sentence2: tuple[str, ...]
+
+  def __len__(self) -> int:
+    return len(self.sentence1)
+
+
+def read_sts(path: str | os.PathLike) -> StsSet:
+  """Reads a TSV with header `score\tsentence1\tsentence2` (no quoting)."""
+  path = Path(path)
+  scores, s1, s2 = [], [], []
+  for lineno, row in read_rows(path, ("score", "sentence1", "sentence2"), fmt="tsv"):
+    try:
+      score = float(row["score"])
+    except ValueError:
+      raise DataError(f"{path}:{lineno}: score {row['score']!r} is not a number") from None
+    if not row["sentence1"].strip() or not row["sentence2"].strip():
+      raise DataError(f"{path}:{lineno}: empty sentence")
+    scores.append(score)
+    s1.append(row["sentence1"])
+    s2.append(row["sentence2"])
+  if not scores:
+    raise DataError(f"{path}: no rows")
+  return StsSet(np.asarray(scores, np.float32), tuple(s1), tuple(s2))

@@ -1,0 +1,59 @@
+"""Pooling and the heads that sit on the pooled sentence vector."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+POOLING_MODES = ("mean", "cls")
+
+
+def mean_pool(hidden: jax.Array, mask: jax.Array) -> jax.Array:
+  """Masked mean over tokens, as sentence-transformers' mean pooling.
+
+  Args:
+    hidden: [batch, seq, d] any float dtype.
+    mask: [batch, seq] int or bool, 1 on real tokens.
+  Returns:
+    [batch, d] float32.
+  """
+  m = mask.astype(jnp.float32)[..., None]
+  summed = jnp.sum(hidden.astype(jnp.float32) * m, axis=1)
+  # The clamp matches sentence-transformers (1e-9) and keeps an all-padding row finite.
+  return summed / jnp.maximum(jnp.sum(m, axis=1), 1e-9)
+
+
+def cls_pool(hidden: jax.Array, mask: jax.Array) -> jax.Array:
+  """The first token's state: [batch, seq, d] -> [batch, d] float32."""
+  del mask
+  return hidden[:, 0].astype(jnp.float32)
+
+
+def pool(hidden: jax.Array, mask: jax.Array, mode: str) -> jax.Array:
+  if mode == "mean":
+    return mean_pool(hidden, mask)
+  if mode == "cls":
+    return cls_pool(hidden, mask)
+  raise ValueError(f"pooling must be one of {POOLING_MODES}, got {mode!r}")
+
+
+def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """Rows scaled to unit norm: [..., d] -> [..., d] (torch.nn.functional.normalize's eps)."""
+  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+class Projection(nnx.Module):
+  """ConvFiT's down-projection after pooling: Dense(d_o) then tanh.
+
+  Exported as a sentence-transformers `Dense` module (2_Dense) with a Tanh activation.
+  """
+
+  def __init__(self, d_in: int, d_out: int, *, rngs: nnx.Rngs, dtype=jnp.float32):
+    self.dense = nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.xavier_uniform(),
+                            bias_init=nnx.initializers.zeros, dtype=dtype,
+                            param_dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """[batch, d_in] -> [batch, d_out] float32."""
+    return jnp.tanh(self.dense(x).astype(jnp.float32))

@@ -1,0 +1,86 @@
+"""The trainable sentence encoder: Transformer, pooling, optional projection."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+import numpy as np
+
+from convfit_jax.models import heads
+from convfit_jax.models.transformer import TransformerConfig, TransformerEncoder
+
+
+class SentenceEncoder(nnx.Module):
+  """Token ids to one vector per sentence; what Stage 1, Stage 2 and `Encoder` share.
+
+  Args:
+    config: Transformer architecture.
+    pooling: "mean" (ConvFiT's choice) or "cls".
+    projection_dim: when set, Dense(projection_dim) + tanh after pooling (Stage 2's d_o).
+    dtype, init, remat: as in `TransformerEncoder`.
+  """
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs, pooling: str = "mean",
+               projection_dim: int | None = None, dtype=jnp.float32, init: str = "normal",
+               remat: bool = False):
+    if pooling not in heads.POOLING_MODES:
+      raise ValueError(f"pooling must be one of {heads.POOLING_MODES}, got {pooling!r}")
+    self.pooling = pooling
+    self.transformer = TransformerEncoder(config, rngs=rngs, dtype=dtype, init=init, remat=remat)
+    self.projection = (heads.Projection(config.hidden_size, projection_dim, rngs=rngs, dtype=dtype)
+                       if projection_dim else None)
+
+  @property
+  def config(self) -> TransformerConfig:
+    return self.transformer.config
+
+  @property
+  def dim(self) -> int:
+    if self.projection is not None:
+      return self.projection.dense.out_features
+    return self.config.hidden_size
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               dropout_key: jax.Array | None = None) -> jax.Array:
+    """[batch, seq] int32 ids and mask -> [batch, dim] float32 (not normalised)."""
+    hidden = self.transformer(input_ids, attention_mask, dropout_key=dropout_key)
+    x = heads.pool(hidden, attention_mask, self.pooling)
+    if self.projection is not None:
+      x = self.projection(x)
+    return x
+
+
+def flat_params(module: nnx.Module) -> dict[str, np.ndarray]:
+  """The module's parameters as {dotted path: float32 numpy array}."""
+  return {".".join(map(str, path)): np.asarray(var[...])
+          for path, var in nnx.to_flat_state(nnx.state(module, nnx.Param))}
+
+
+def build_with_params(build: Callable[[], nnx.Module], params: dict[str, Any],
+                      source: str = "parameters") -> nnx.Module:
+  """Builds `build()` abstractly (no random init) and fills it with `params`.
+
+  Args:
+    build: constructs the module; called under `nnx.eval_shape`.
+    params: {dotted path: array} covering every parameter, with matching shapes.
+    source: named in errors.
+  """
+  graphdef, state = nnx.split(nnx.eval_shape(build))
+  flat = nnx.to_flat_state(state)
+  expected = {".".join(map(str, p)): v for p, v in flat}
+  missing = sorted(set(expected) - set(params))
+  unexpected = sorted(set(params) - set(expected))
+  if missing or unexpected:
+    raise ValueError(f"{source}: parameters do not match the model.\n  missing: {missing}\n"
+                     f"  unexpected: {unexpected}")
+  leaves = []
+  for path, var in flat:
+    key = ".".join(map(str, path))
+    value = jnp.asarray(params[key], dtype=var.dtype)
+    if value.shape != var.shape:
+      raise ValueError(f"{source}: {key} has shape {value.shape}, the model expects {var.shape}")
+    leaves.append((path, var.replace(value)))
+  return nnx.merge(graphdef, nnx.from_flat_state(leaves))

@@ -1,0 +1,242 @@
+"""The BERT/RoBERTa encoder in flax.nnx, built from a Hugging Face `config.json`.
+
+One module covers `model_type` bert and roberta (MiniLM, DistilRoBERTa and
+RoBERTa-base/large are instances): learned absolute positions, post-LayerNorm
+blocks, exact GELU. The module tree mirrors the HF one layer for layer, so the
+key table in `convfit_jax.checkpoints` is a plain renaming.
+
+Dropout takes an explicit PRNG key per call instead of NNX `Rngs` state: the
+model's state is then its parameters only, and a chunk re-run with the same key
+(the gradient cache of Stage 1) replays exactly the same dropout masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
+# Model types whose position ids start at padding_idx + 1 and skip padding.
+_FAIRSEQ_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """The architecture fields of an HF BERT/RoBERTa `config.json`."""
+
+  model_type: str = "bert"
+  vocab_size: int = 30522
+  hidden_size: int = 384
+  num_hidden_layers: int = 6
+  num_attention_heads: int = 12
+  intermediate_size: int = 1536
+  hidden_act: str = "gelu"
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  pad_token_id: int = 0
+  initializer_range: float = 0.02
+
+  @classmethod
+  def from_hf_dict(cls, hf: dict[str, Any], source: str = "config") -> "TransformerConfig":
+    """Reads the fields we use from an HF config dict; rejects what we don't cover."""
+    model_type = hf.get("model_type", "bert")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+      raise ValueError(
+          f"{source}: model_type {model_type!r} is not supported; "
+          f"convfit_jax encodes {', '.join(SUPPORTED_MODEL_TYPES)}")
+    act = hf.get("hidden_act", "gelu")
+    if act != "gelu":
+      raise ValueError(f"{source}: hidden_act {act!r} is not supported (only exact 'gelu')")
+    pos = hf.get("position_embedding_type", "absolute")
+    if pos != "absolute":
+      raise ValueError(f"{source}: position_embedding_type {pos!r} is not supported (only 'absolute')")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: hf[k] for k in names if k in hf and hf[k] is not None}
+    kwargs["model_type"] = model_type
+    return cls(**kwargs)
+
+  @classmethod
+  def from_json_file(cls, path: str | os.PathLike) -> "TransformerConfig":
+    with open(path, encoding="utf-8") as f:
+      return cls.from_hf_dict(json.load(f), source=str(path))
+
+  @property
+  def fairseq_positions(self) -> bool:
+    return self.model_type in _FAIRSEQ_POSITIONS
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_attention_heads
+
+
+def position_ids_for(input_ids: jax.Array, config: TransformerConfig) -> jax.Array:
+  """Position ids as HF computes them.
+
+  Args:
+    input_ids: [batch, seq] int32.
+  Returns:
+    [batch, seq] int32: 0..seq-1 for BERT; for RoBERTa padding_idx+1 onwards over
+    the non-padding tokens, padding_idx on padding (so left padding is skipped).
+  """
+  if config.fairseq_positions:
+    not_pad = (input_ids != config.pad_token_id).astype(jnp.int32)
+    return jnp.cumsum(not_pad, axis=1) * not_pad + config.pad_token_id
+  return jnp.broadcast_to(jnp.arange(input_ids.shape[1], dtype=jnp.int32), input_ids.shape)
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+  """Inverted dropout; the identity when `key` is None (deterministic)."""
+  if key is None or rate == 0.0:
+    return x
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+def _split(key: jax.Array | None, n: int) -> list[jax.Array | None]:
+  return [None] * n if key is None else list(jax.random.split(key, n))
+
+
+class _Dense(nnx.Linear):
+  """nnx.Linear with the encoder's dtypes and initialiser."""
+
+  def __init__(self, d_in, d_out, *, init, dtype, rngs):
+    super().__init__(d_in, d_out, kernel_init=init, bias_init=nnx.initializers.zeros,
+                     dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+
+class Embeddings(nnx.Module):
+  """Word + position + token-type embeddings, then LayerNorm and dropout."""
+
+  def __init__(self, config: TransformerConfig, *, init, dtype, rngs: nnx.Rngs):
+    self.config = config
+    h = config.hidden_size
+    emb = lambda n: nnx.Embed(n, h, embedding_init=init, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.word_embeddings = emb(config.vocab_size)
+    self.position_embeddings = emb(config.max_position_embeddings)
+    self.token_type_embeddings = emb(config.type_vocab_size)
+    self.layer_norm = nnx.LayerNorm(h, epsilon=config.layer_norm_eps, dtype=dtype,
+                                    param_dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, input_ids, token_type_ids, dropout_key):
+    positions = position_ids_for(input_ids, self.config)
+    x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+         + self.position_embeddings(positions))
+    return dropout(self.layer_norm(x), self.config.hidden_dropout_prob, dropout_key)
+
+
+class SelfAttention(nnx.Module):
+  """Multi-head self-attention with the output projection and its residual LayerNorm."""
+
+  def __init__(self, config: TransformerConfig, *, init, dtype, rngs: nnx.Rngs):
+    self.config = config
+    h = config.hidden_size
+    self.query = _Dense(h, h, init=init, dtype=dtype, rngs=rngs)
+    self.key = _Dense(h, h, init=init, dtype=dtype, rngs=rngs)
+    self.value = _Dense(h, h, init=init, dtype=dtype, rngs=rngs)
+    self.output = _Dense(h, h, init=init, dtype=dtype, rngs=rngs)
+    self.layer_norm = nnx.LayerNorm(h, epsilon=config.layer_norm_eps, dtype=dtype,
+                                    param_dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, x, bias, dropout_key):
+    """x: [batch, seq, hidden]; bias: [batch, 1, 1, seq] additive mask."""
+    c = self.config
+    b, s, _ = x.shape
+    heads = lambda t: t.reshape(b, s, c.num_attention_heads, c.head_dim)
+    q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+    # Scores and softmax in float32: bf16 logits lose the small differences that
+    # decide attention over 48-128 tokens.
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(c.head_dim)) + bias
+    probs = jax.nn.softmax(scores, axis=-1)
+    k_attn, k_out = _split(dropout_key, 2)
+    probs = dropout(probs, c.attention_probs_dropout_prob, k_attn).astype(v.dtype)
+    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, -1)
+    out = dropout(self.output(ctx), c.hidden_dropout_prob, k_out)
+    return self.layer_norm(out + x)
+
+
+class Layer(nnx.Module):
+  """One post-LayerNorm Transformer block."""
+
+  def __init__(self, config: TransformerConfig, *, init, dtype, rngs: nnx.Rngs):
+    self.config = config
+    self.attention = SelfAttention(config, init=init, dtype=dtype, rngs=rngs)
+    self.intermediate = _Dense(config.hidden_size, config.intermediate_size, init=init, dtype=dtype, rngs=rngs)
+    self.output = _Dense(config.intermediate_size, config.hidden_size, init=init, dtype=dtype, rngs=rngs)
+    self.layer_norm = nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps, dtype=dtype,
+                                    param_dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, x, bias, dropout_key):
+    k_attn, k_out = _split(dropout_key, 2)
+    x = self.attention(x, bias, k_attn)
+    y = self.output(jax.nn.gelu(self.intermediate(x), approximate=False))
+    return self.layer_norm(dropout(y, self.config.hidden_dropout_prob, k_out) + x)
+
+
+def _run_layer(layer: Layer, x, bias, dropout_key):
+  return layer(x, bias, dropout_key)
+
+
+_run_layer_remat = nnx.remat(_run_layer)
+
+
+class TransformerEncoder(nnx.Module):
+  """BERT/RoBERTa encoder: token ids in, contextual hidden states out.
+
+  Args:
+    config: the architecture.
+    rngs: parameter initialisation.
+    dtype: compute dtype (float32, or bfloat16 on accelerators); parameters stay float32.
+    init: "normal" (HF's N(0, initializer_range), what pretrained weights overwrite)
+      or "xavier" (Glorot uniform: the paper's `rand` baseline).
+    remat: recompute each layer's activations in the backward pass.
+  """
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
+               init: str = "normal", remat: bool = False):
+    if init == "normal":
+      initializer = nnx.initializers.normal(config.initializer_range)
+    elif init == "xavier":
+      initializer = nnx.initializers.xavier_uniform()
+    else:
+      raise ValueError(f"init must be 'normal' or 'xavier', got {init!r}")
+    self.config = config
+    self.remat = remat
+    self.embeddings = Embeddings(config, init=initializer, dtype=dtype, rngs=rngs)
+    self.layers = nnx.List([Layer(config, init=initializer, dtype=dtype, rngs=rngs)
+                            for _ in range(config.num_hidden_layers)])
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array | None = None,
+               dropout_key: jax.Array | None = None) -> jax.Array:
+    """Encodes a batch.
+
+    Args:
+      input_ids: [batch, seq] int32.
+      attention_mask: [batch, seq] int32 or bool, 1 on real tokens.
+      token_type_ids: [batch, seq] int32, zeros when None.
+      dropout_key: PRNG key; None means deterministic (inference).
+    Returns:
+      [batch, seq, hidden] hidden states in the compute dtype.
+    """
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    keys = _split(dropout_key, len(self.layers) + 1)
+    x = self.embeddings(input_ids, token_type_ids, keys[0])
+    # HF fills masked scores with the dtype minimum; finfo(float32).min / 2 avoids
+    # overflow to -inf when added to a large negative score and gives the same softmax.
+    bias = jnp.where(attention_mask[:, None, None, :].astype(bool), 0.0,
+                     jnp.finfo(jnp.float32).min / 2).astype(jnp.float32)
+    run = _run_layer_remat if self.remat else _run_layer
+    for layer, key in zip(self.layers, keys[1:]):
+      x = run(layer, x, bias, key)
+    return x

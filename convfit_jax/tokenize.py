@@ -1,0 +1,42 @@
+"""Tokenisation into fixed-width int32 arrays, shared by `Encoder` and the data pipeline."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def check_texts(texts: Sequence[str], source: str = "texts") -> list[str]:
+  """Returns `texts` as a list; a non-string item is a TypeError naming its index."""
+  if isinstance(texts, str):
+    raise TypeError(f"{source}: expected a sequence of strings, got one string")
+  out = list(texts)
+  for i, t in enumerate(out):
+    if not isinstance(t, str):
+      raise TypeError(f"{source}[{i}]: expected str, got {type(t).__name__}")
+  return out
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+  """Tokenises with truncation at `max_length`, padded to `max_length`.
+
+  Args:
+    tokenizer: a transformers fast tokenizer.
+    texts: n strings (an empty string gives the special tokens only).
+    max_length: sequence width, special tokens included.
+  Returns:
+    input_ids [n, max_length] int32 and attention_mask [n, max_length] int32.
+  """
+  texts = check_texts(texts)
+  if not texts:
+    return np.zeros((0, max_length), np.int32), np.zeros((0, max_length), np.int32)
+  enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length",
+                  return_attention_mask=True, return_token_type_ids=False)
+  return (np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32))
+
+
+def load_tokenizer(folder):
+  """The folder's fast tokenizer (transformers.AutoTokenizer)."""
+  from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+  return AutoTokenizer.from_pretrained(str(folder), use_fast=True)

@@ -1,0 +1,103 @@
+"""The Flax encoder against transformers' PyTorch BertModel/RobertaModel on random weights."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+from transformers import AutoModel
+
+from convfit_jax import checkpoints
+from convfit_jax.models.sentence import SentenceEncoder, flat_params
+from convfit_jax.models.transformer import TransformerConfig, position_ids_for
+
+
+def _torch_hidden(folder, ids, mask):
+  model = AutoModel.from_pretrained(str(folder)).eval()
+  with torch.no_grad():
+    out = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                attention_mask=torch.tensor(mask, dtype=torch.long))
+  return out.last_hidden_state.numpy()
+
+
+def _ids(rng, pad, vocab, lengths, width, left=()):
+  """Random token ids with padding on the right, or on the left for rows in `left`."""
+  ids = np.full((len(lengths), width), pad, np.int32)
+  mask = np.zeros((len(lengths), width), np.int32)
+  for r, n in enumerate(lengths):
+    toks = rng.integers(5, vocab, n)
+    sl = slice(width - n, width) if r in left else slice(0, n)
+    ids[r, sl], mask[r, sl] = toks, 1
+  return ids, mask
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_hidden_states_match_torch(kind, tiny_bert_dir, tiny_roberta_dir):
+  folder = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
+  model, ck = checkpoints.load_sentence_encoder(folder)
+  rng = np.random.default_rng(0)
+  pad = ck.config.pad_token_id
+  # Rows 1 and 3 are left-padded: RoBERTa's position ids must skip the padding.
+  ids, mask = _ids(rng, pad, 200, [12, 7, 3, 9, 12], 12, left={1, 3})
+  ours = np.asarray(model.transformer(jnp.asarray(ids), jnp.asarray(mask)))
+  ref = _torch_hidden(folder, ids, mask)
+  diff = np.abs(ours - ref)[mask.astype(bool)]
+  assert diff.max() < 1e-5, diff.max()
+
+
+def test_roberta_position_ids_follow_hf():
+  from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+  config = TransformerConfig(model_type="roberta", pad_token_id=1)
+  ids = np.array([[0, 5, 6, 2, 1, 1], [1, 1, 0, 7, 2, 1]], np.int32)
+  ref = RobertaEmbeddings.create_position_ids_from_input_ids(torch.tensor(ids), padding_idx=1).numpy()
+  np.testing.assert_array_equal(np.asarray(position_ids_for(jnp.asarray(ids), config)), ref)
+
+
+def _tiny_model(remat=False, init="normal", **kw):
+  config = TransformerConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=37, max_position_embeddings=16, **kw)
+  return SentenceEncoder(config, rngs=nnx.Rngs(0), remat=remat, init=init)
+
+
+def test_remat_gives_same_outputs_and_gradients():
+  ids = jnp.asarray(np.random.default_rng(1).integers(1, 50, (3, 10)), jnp.int32)
+  mask = jnp.ones_like(ids).at[0, 6:].set(0)
+  key = jax.random.key(3)
+  results = []
+  for remat in (False, True):
+    model = _tiny_model(remat=remat)
+    loss = lambda m: jnp.sum(m(ids, mask, dropout_key=key) ** 2)
+    value, grads = nnx.value_and_grad(loss)(model)
+    results.append((value, jax.tree.leaves(grads)))
+  np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
+  for a, b in zip(results[0][1], results[1][1]):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_is_replayed_by_key_and_off_without_one():
+  model = _tiny_model()
+  ids = jnp.ones((2, 8), jnp.int32)
+  mask = jnp.ones_like(ids)
+  a = model(ids, mask, dropout_key=jax.random.key(0))
+  b = model(ids, mask, dropout_key=jax.random.key(0))
+  c = model(ids, mask, dropout_key=jax.random.key(1))
+  np.testing.assert_array_equal(a, b)
+  assert np.abs(np.asarray(a - c)).max() > 1e-4
+  np.testing.assert_array_equal(model(ids, mask), model(ids, mask))
+
+
+def test_random_init_is_glorot_uniform_from_config_alone():
+  params = flat_params(_tiny_model(init="xavier"))
+  kernel = params["transformer.layers.0.intermediate.kernel"]
+  limit = np.sqrt(6.0 / (32 + 37))
+  assert np.abs(kernel).max() <= limit
+  assert np.abs(kernel).max() > 0.9 * limit  # uniform fills the interval
+  np.testing.assert_array_equal(params["transformer.layers.0.intermediate.bias"], 0)
+
+
+def test_unsupported_configs_are_named():
+  with pytest.raises(ValueError, match="model_type 'gpt2'"):
+    TransformerConfig.from_hf_dict({"model_type": "gpt2"})
+  with pytest.raises(ValueError, match="relative_key"):
+    TransformerConfig.from_hf_dict({"model_type": "bert", "position_embedding_type": "relative_key"})
