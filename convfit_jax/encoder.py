@@ -58,8 +58,7 @@ class Encoder:
 
   def __init__(self, model: SentenceEncoder, tokenizer, *, max_length: int = 128,
                normalize: bool = False, hf_config: dict[str, Any] | None = None):
-    limit = model.config.max_position_embeddings - (
-        model.config.pad_token_id + 1 if model.config.fairseq_positions else 0)
+    limit = model.config.max_tokens
     if not 1 < max_length <= limit:
       raise ValueError(f"max_length must be in [2, {limit}] for this model, got {max_length}")
     self.model = model
@@ -77,11 +76,11 @@ class Encoder:
 
     Pooling, projection and normalisation follow the checkpoint's sentence-transformers
     modules (mean pooling for a plain HF folder). `max_length` defaults to the
-    checkpoint's max_seq_length, else 128.
+    checkpoint's max_seq_length, else 128 (at most what the position table holds).
     """
     model, ck = checkpoints.load_sentence_encoder(name_or_path, dtype=dtype, remat=remat)
     return cls(model, load_tokenizer(ck.tokenizer_dir),
-               max_length=max_length or ck.max_seq_length or 128,
+               max_length=max_length or min(ck.max_seq_length or 128, ck.config.max_tokens),
                normalize=ck.normalize, hf_config=ck.hf_config)
 
   @classmethod

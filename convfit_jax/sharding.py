@@ -8,7 +8,11 @@ Multi-host runs use the same code: the mesh spans every process's devices once
 
 from __future__ import annotations
 
+import os
+from typing import Mapping
+
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 DATA = "data"
@@ -39,3 +43,40 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """This process's contiguous slice of a batch -> global arrays sharded over `data`.
+
+  With P processes each holding rows [p*n/P, (p+1)*n/P) of every array, the result
+  is the global batch a single process would have built; on one process it is a
+  plain `device_put` with the batch sharding.
+  """
+  sh = batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(sh, np.asarray(v)) for k, v in local.items()}
+
+
+def initialize_distributed(config=None) -> None:
+  """Starts `jax.distributed` when this run is multi-process, once.
+
+  `config` (a `distributed` ConfigDict with coordinator_address, num_processes,
+  process_id) or the env vars JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+  JAX_PROCESS_ID name the cluster explicitly; with none of them, SLURM (srun with
+  several tasks) and multi-host Cloud TPU VMs are detected by JAX itself. A
+  single-process run does nothing.
+  """
+  if jax.distributed.is_initialized():
+    return
+  get = (lambda k, default: default) if config is None else config.get
+  address = get("coordinator_address", "") or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+  num = get("num_processes", 0) or int(os.environ.get("JAX_NUM_PROCESSES", "0"))
+  pid = get("process_id", -1)
+  pid = pid if pid >= 0 else int(os.environ.get("JAX_PROCESS_ID", "-1"))
+  if address:
+    jax.distributed.initialize(coordinator_address=address, num_processes=num or None,
+                               process_id=pid if pid >= 0 else None)
+    return
+  slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_JOB_ID" in os.environ
+  tpu_pod = "," in os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  if slurm or tpu_pod:
+    jax.distributed.initialize()

@@ -74,6 +74,11 @@ class TransformerConfig:
     return self.model_type in _FAIRSEQ_POSITIONS
 
   @property
+  def max_tokens(self) -> int:
+    """The longest sequence the position table encodes (RoBERTa's starts after padding_idx)."""
+    return self.max_position_embeddings - (self.pad_token_id + 1 if self.fairseq_positions else 0)
+
+  @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_attention_heads
 

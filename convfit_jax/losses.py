@@ -1,0 +1,256 @@
+"""ConvFiT's training losses, as pure functions of embeddings, labels and a weight mask.
+
+Stage 1 uses `mneg_loss` (multiple-negatives ranking over the global batch). Stage 2
+uses one of `STAGE2_LOSSES`, all called as
+
+  loss_fn(u, v, labels, weights=None, *, params=None) -> scalar float32
+
+with `u, v: [batch, d] float32` the two sentences of each pair, `labels: [batch] int32`
+(1 same intent, 0 different) and `weights: [batch] float32` (1 on real rows, 0 on
+padding rows). A row of weight 0 changes nothing: not the value, not the gradient, and
+not which pairs `ocl` selects as hard. Only `smax` uses `params` (its classifier,
+`PairClassifier` or a mapping with `kernel` and `bias`).
+
+Each loss reproduces the sentence-transformers 6.3.0 loss of the same name on the same
+embeddings (tests/test_losses.py checks it to 1e-5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+OCL_REDUCTIONS = ("sum", "mean")
+
+
+def _unit(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """Rows scaled to unit norm, [..., d] -> [..., d] float32.
+
+  Not `heads.l2_normalize`: `jnp.linalg.norm` has a NaN gradient at a zero vector, and
+  padding rows are often exactly zero, so the clamp sits under the square root here.
+  """
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), eps * eps))
+
+
+def _pair_cos(u: jax.Array, v: jax.Array) -> jax.Array:
+  """cos(u_i, v_i): [batch, d] x [batch, d] -> [batch] float32."""
+  return jnp.sum(_unit(u) * _unit(v), axis=-1)
+
+
+def _weights(weights: jax.Array | None, n: int) -> jax.Array:
+  return jnp.ones((n,), jnp.float32) if weights is None else weights.astype(jnp.float32)
+
+
+def _weighted_mean(x: jax.Array, w: jax.Array) -> jax.Array:
+  # An all-padding batch gives 0, not NaN.
+  return jnp.sum(w * x) / jnp.maximum(jnp.sum(w), 1e-12)
+
+
+def mneg_loss(contexts: jax.Array, responses: jax.Array, *, scale: float = 20.0,
+              symmetric: bool = False, weights: jax.Array | None = None,
+              response_ids: jax.Array | None = None) -> jax.Array:
+  """Multiple-negatives ranking loss (Henderson et al. 2017; ConvFiT Stage 1).
+
+  S_ij = scale * cos(c_i, r_j); each context takes a softmax over all responses of the
+  batch with its own response r_i as the target. The true response is in the softmax
+  denominator, as in sentence-transformers' MultipleNegativesRankingLoss; the paper's
+  Eq. 1 prints the denominator as the sum over j != i, which we do not follow.
+
+  Under `jax.jit` with the batch sharded over the `data` axis, XLA gathers the response
+  columns, so every context is scored against the responses of every device.
+
+  Args:
+    contexts: [batch, d] float.
+    responses: [batch, d] float; row i is the true response of context i.
+    scale: D, the inverse temperature.
+    symmetric: also rank the contexts for each response and average the two
+      cross-entropies per row, as MultipleNegativesSymmetricRankingLoss does.
+    weights: [batch] float32, 0 on padding rows. A padding row is neither a query nor a
+      candidate; the loss is the weighted mean over rows.
+    response_ids: [batch] int32, one id per distinct response text. A column j != i with
+      the same id as row i is a copy of the true response, so it is dropped from row i's
+      softmax instead of being pushed away as a negative.
+  Returns:
+    scalar float32.
+  """
+  b = contexts.shape[0]
+  w = _weights(weights, b)
+  sim = scale * (_unit(contexts) @ _unit(responses).T)
+  eye = jnp.eye(b, dtype=bool)
+  real = w > 0
+  # Masking rows as well as columns makes `keep` symmetric, which the backward term needs.
+  keep = real[:, None] & real[None, :]
+  if response_ids is not None:
+    keep = keep & (response_ids[:, None] != response_ids[None, :])
+  # The diagonal always stays, so even a padding row has a finite (and zero-weighted) loss.
+  keep = keep | eye
+  positive = jnp.diagonal(sim)
+  forward = jax.nn.logsumexp(jnp.where(keep, sim, -jnp.inf), axis=1) - positive
+  if symmetric:
+    # Equal response ids are symmetric too, so the contexts' softmax uses the same `keep`.
+    backward = jax.nn.logsumexp(jnp.where(keep, sim, -jnp.inf), axis=0) - positive
+    forward = 0.5 * (forward + backward)
+  return _weighted_mean(forward, w)
+
+
+class PairClassifier(nnx.Module):
+  """The `smax` classifier over [u; v; |u - v|]: Linear(3d, 2).
+
+  Initialised as torch's nn.Linear (uniform in +-1/sqrt(3d) for kernel and bias), which is
+  what sentence-transformers' SoftmaxLoss starts from.
+  """
+
+  def __init__(self, d: int, *, rngs: nnx.Rngs, num_labels: int = 2):
+    bound = 1.0 / math.sqrt(3 * d)
+    init = jax.nn.initializers.uniform(2 * bound)
+    self.kernel = nnx.Param(init(rngs.params(), (3 * d, num_labels), jnp.float32) - bound)
+    self.bias = nnx.Param(init(rngs.params(), (num_labels,), jnp.float32) - bound)
+
+  def __call__(self, u: jax.Array, v: jax.Array) -> jax.Array:
+    """[batch, d] x [batch, d] -> logits [batch, num_labels] float32."""
+    return pair_logits(u, v, self.kernel[...], self.bias[...])
+
+
+def pair_logits(u: jax.Array, v: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+  """[u; v; |u - v|] @ kernel + bias: logits [batch, num_labels] float32.
+
+  Args:
+    u, v: [batch, d] float.
+    kernel: [3d, num_labels] float32 (the transpose of torch's Linear.weight).
+    bias: [num_labels] float32.
+  """
+  u = u.astype(jnp.float32)
+  v = v.astype(jnp.float32)
+  return jnp.concatenate([u, v, jnp.abs(u - v)], axis=-1) @ kernel + bias
+
+
+def smax_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
+              *, params: PairClassifier | Mapping[str, jax.Array] | None = None) -> jax.Array:
+  """Softmax classification of the pair (SBERT's SoftmaxLoss): weighted mean cross-entropy.
+
+  Args:
+    u, v: [batch, d] float.
+    labels: [batch] int32, the class (1 same intent, 0 different).
+    weights: [batch] float32 or None.
+    params: the classifier, a `PairClassifier` or {"kernel": [3d, 2], "bias": [2]}.
+  Returns:
+    scalar float32.
+  """
+  if params is None:
+    raise ValueError("smax needs params: a PairClassifier or {'kernel', 'bias'}")
+  if isinstance(params, Mapping):
+    logits = pair_logits(u, v, params["kernel"], params["bias"])
+  else:
+    logits = params(u, v)
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  nll = -jnp.take_along_axis(logp, labels.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+  return _weighted_mean(nll, _weights(weights, u.shape[0]))
+
+
+def cos_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
+             *, params=None, pos_target: float = 0.8, neg_target: float = 0.3) -> jax.Array:
+  """Weighted mean of (cos(u, v) - target)^2, target 0.8 for same-intent pairs, 0.3 otherwise.
+
+  sentence-transformers' CosineSimilarityLoss (MSE) with those targets as its float labels.
+
+  Args:
+    u, v: [batch, d] float.
+    labels: [batch] int32, 1 same intent, 0 different.
+    weights: [batch] float32 or None.
+    params: unused; part of the common Stage 2 signature.
+  Returns:
+    scalar float32.
+  """
+  del params
+  target = jnp.where(labels == 1, pos_target, neg_target)
+  return _weighted_mean(jnp.square(_pair_cos(u, v) - target), _weights(weights, u.shape[0]))
+
+
+def cl_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
+            *, params=None, margin: float = 0.5) -> jax.Array:
+  """Plain contrastive loss (Hadsell et al. 2006; the paper's Eq. 2): every pair counts.
+
+  With d = 1 - cos(u, v): 0.5 * (y d^2 + (1 - y) max(0, margin - d)^2), weighted mean
+  over rows, as sentence-transformers' ContrastiveLoss (cosine distance, size_average).
+
+  Args:
+    u, v: [batch, d] float.
+    labels: [batch] int32, 1 same intent, 0 different.
+    weights: [batch] float32 or None.
+    params: unused; part of the common Stage 2 signature.
+  Returns:
+    scalar float32.
+  """
+  del params
+  d = 1.0 - _pair_cos(u, v)
+  y = labels.astype(jnp.float32)
+  per_pair = 0.5 * (y * jnp.square(d) + (1.0 - y) * jnp.square(jax.nn.relu(margin - d)))
+  return _weighted_mean(per_pair, _weights(weights, u.shape[0]))
+
+
+def ocl_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
+             *, params=None, margin: float = 0.5, reduction: str = "sum") -> jax.Array:
+  """Online contrastive loss: only the hard pairs of the batch count.
+
+  The rule of sentence-transformers 6.3.0's OnlineContrastiveLoss, with d = 1 - cos(u, v):
+  a negative pair is hard when d < the largest positive distance (the mean negative
+  distance when the batch has no positive); a positive pair is hard when d > the
+  smallest negative distance (the mean positive distance when it has no negative).
+  Hard positives add d^2, hard negatives max(0, margin - d)^2. Pairs whose label is
+  neither 0 nor 1 are ignored, as there.
+
+  Padding rows (weight 0) take no part in the thresholds either, so they never change
+  which real pairs are hard. Real rows count with their weight.
+
+  Args:
+    u, v: [batch, d] float.
+    labels: [batch] int32, 1 same intent, 0 different.
+    weights: [batch] float32 or None.
+    params: unused; part of the common Stage 2 signature.
+    margin: the distance negatives are pushed beyond.
+    reduction: "sum" (the default) is sentence-transformers' reduction and the one the
+      paper's hyper-parameters (lr 2e-5, batch 32) were tuned with: the loss grows with
+      the number of hard pairs. "mean" divides that sum by the total weight of the batch
+      (the number of real pairs), so the scale no longer depends on the batch size.
+  Returns:
+    scalar float32.
+  """
+  del params
+  if reduction not in OCL_REDUCTIONS:
+    raise ValueError(f"reduction must be one of {OCL_REDUCTIONS}, got {reduction!r}")
+  w = _weights(weights, u.shape[0])
+  d = 1.0 - _pair_cos(u, v)
+  # Selection only: comparisons carry no gradient, as in the torch boolean indexing.
+  ds = jax.lax.stop_gradient(d)
+  real = w > 0
+  pos = real & (labels == 1)
+  neg = real & (labels == 0)
+  n_pos = jnp.sum(pos)
+  n_neg = jnp.sum(neg)
+  pos_max = jnp.max(jnp.where(pos, ds, -jnp.inf))
+  neg_min = jnp.min(jnp.where(neg, ds, jnp.inf))
+  pos_mean = jnp.sum(jnp.where(pos, ds, 0.0)) / jnp.maximum(n_pos, 1)
+  neg_mean = jnp.sum(jnp.where(neg, ds, 0.0)) / jnp.maximum(n_neg, 1)
+  hard_neg = neg & (ds < jnp.where(n_pos > 0, pos_max, neg_mean))
+  hard_pos = pos & (ds > jnp.where(n_neg > 0, neg_min, pos_mean))
+  per_pair = (jnp.where(hard_pos, jnp.square(d), 0.0)
+              + jnp.where(hard_neg, jnp.square(jax.nn.relu(margin - d)), 0.0))
+  total = jnp.sum(w * per_pair)
+  if reduction == "mean":
+    return total / jnp.maximum(jnp.sum(w), 1e-12)
+  return total
+
+
+Stage2Loss = Callable[..., jax.Array]
+
+STAGE2_LOSSES: dict[str, Stage2Loss] = {
+    "smax": smax_loss,
+    "cos": cos_loss,
+    "ocl": ocl_loss,
+    "cl": cl_loss,
+}

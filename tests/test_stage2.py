@@ -1,0 +1,129 @@
+"""Stage 2 end to end on a tiny random BERT: metrics, export, resume after a kill, NaN stop."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from configs import stage2 as stage2_config
+from conftest import REPO
+from convfit_jax import Encoder
+from convfit_jax.train import stage2, state as state_lib
+
+STEPS = 8
+
+
+def _overrides(model_dir, workdir, **extra):
+  o = {"workdir": str(workdir), "model.name": str(model_dir), "model.max_length": 16,
+       "model.projection_dim": 24, "data.shots": 2, "eval.max_test": 64, "eval.tsne": False,
+       "train.batch_size": 8, "train.max_steps": STEPS, "train.checkpoint_every": 2,
+       "train.log_every": 2, "train.learning_rate": 1e-3}
+  o.update(extra)
+  return o
+
+
+def _config(arg="", **overrides):
+  c = stage2_config.get_config(arg)
+  for key, value in overrides.items():
+    node = c
+    *path, leaf = key.split(".")
+    for p in path:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+def _weights(workdir):
+  return load_file(str(workdir / "model" / "model.safetensors"))
+
+
+@pytest.mark.parametrize("loss", ["ocl", "smax", "cos"])
+def test_tiny_run_writes_metrics_and_a_loadable_model(loss, tiny_bert_dir, tmp_path):
+  metrics = stage2.train_and_evaluate(_config(f"loss={loss}", **_overrides(tiny_bert_dir, tmp_path)))
+  for key in ("knn_accuracy", "knn_accuracy_before", "macro_f1", "silhouette", "num_train",
+              "num_test", "pairs_positive", "pairs_negative", "train_seconds"):
+    assert key in metrics, key
+  assert metrics["num_train"] == 77 * 2 and metrics["pairs_positive"] == 77
+  assert metrics["pairs_negative"] == 77 * 2 * 3
+  assert 0.0 <= metrics["knn_accuracy"] <= 1.0
+  assert json.loads((tmp_path / "metrics.json").read_text())["knn_accuracy"] == metrics["knn_accuracy"]
+  assert json.loads((tmp_path / "config.json").read_text())["train"]["loss"] == loss
+  assert list((tmp_path / "tensorboard").iterdir())
+  # The trained model moved away from the pretrained one and exports with its projection.
+  enc = Encoder.from_pretrained(tmp_path / "model")
+  assert enc.dim == 24
+  start = Encoder.from_pretrained(tiny_bert_dir)
+  assert not np.allclose(enc.model.transformer.embeddings.layer_norm.scale[...],
+                         start.model.transformer.embeddings.layer_norm.scale[...])
+
+
+def test_dry_run_counts_without_training(tiny_bert_dir, tmp_path):
+  metrics = stage2.train_and_evaluate(_config(**_overrides(tiny_bert_dir, tmp_path), dry_run=True))
+  assert metrics["pairs_positive"] == 77 and metrics["memory_estimate"]["total_mib"] > 0
+  assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "model").exists()
+
+
+def test_nan_loss_stops_with_step_and_batch(tiny_bert_dir, tmp_path):
+  config = _config(**_overrides(tiny_bert_dir, tmp_path, **{"train.learning_rate": 1e30,
+                                                           "train.clip_norm": 0.0,
+                                                           "eval.before": False}))
+  with pytest.raises(state_lib.NonFiniteLossError, match=r"(loss|gradient norm) is nan at step \d+; batch indices \["):
+    stage2.train_and_evaluate(config)
+
+
+def _cli(overrides):
+  return [sys.executable, "-m", "convfit_jax.main", "--config=configs/stage2.py"] + [
+      f"--config.{k}={v}" for k, v in overrides.items()]
+
+
+def test_killed_run_resumes_to_the_same_parameters(tiny_bert_dir, tmp_path):
+  steps = {"train.max_steps": 24}
+  full = tmp_path / "full"
+  r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
+                     text=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+
+  killed = tmp_path / "killed"
+  proc = subprocess.Popen(_cli(_overrides(tiny_bert_dir, killed, **steps)), cwd=REPO,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 600
+  ckpts = killed / "checkpoints"
+  while time.time() < deadline and proc.poll() is None:
+    done = [p for p in ckpts.glob("*") if p.name.isdigit()] if ckpts.exists() else []
+    if any(4 <= int(p.name) < 24 for p in done):
+      break
+    time.sleep(0.2)
+  assert proc.poll() is None, "the run finished before it could be killed"
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (killed / "model").exists()
+  r = subprocess.run(_cli(_overrides(tiny_bert_dir, killed, **steps)), cwd=REPO, capture_output=True,
+                     text=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+  a, b = _weights(full), _weights(killed)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  metrics_a = json.loads((full / "metrics.json").read_text())
+  metrics_b = json.loads((killed / "metrics.json").read_text())
+  assert metrics_a["knn_accuracy"] == metrics_b["knn_accuracy"]
+
+  # A finished run is not retrained: rerunning leaves the checkpoints as they are.
+  before = sorted(p.name for p in (full / "checkpoints").iterdir())
+  r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
+                     text=True, timeout=900)
+  assert r.returncode == 0 and "already finished" in r.stderr
+  assert sorted(p.name for p in (full / "checkpoints").iterdir()) == before
+
+
+def test_config_arguments_and_typos():
+  c = stage2_config.get_config("dataset=hwu64,shots=30,loss=cos")
+  assert (c.data.name, c.data.shots, c.train.loss, c.train.epochs) == ("hwu64", 30, "cos", 5)
+  assert stage2_config.get_config("shots=0").train.epochs == 2
+  with pytest.raises(ValueError, match="datset"):
+    stage2_config.get_config("datset=hwu64")

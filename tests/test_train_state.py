@@ -1,0 +1,132 @@
+"""Tests of convfit_jax.train.state: schedule, weight-decay mask, checkpoints, NaN stop, workdir."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from convfit_jax.models.sentence import SentenceEncoder
+from convfit_jax.models.transformer import TransformerConfig
+from convfit_jax.train import state as state_lib
+
+TINY = TransformerConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=16)
+
+
+def _model(seed=0):
+  return SentenceEncoder(TINY, rngs=nnx.Rngs(seed))
+
+
+def test_schedule_matches_hf_linear_warmup():
+  total, frac, peak = 50, 0.1, 2e-5
+  sched = state_lib.linear_warmup_decay(peak, total, frac)
+  warmup = 5  # ceil(0.1 * 50)
+  for step in range(total + 1):
+    # transformers.get_linear_schedule_with_warmup's multiplier.
+    expected = step / warmup if step < warmup else max(0.0, (total - step) / (total - warmup))
+    np.testing.assert_allclose(float(sched(step)), peak * expected, rtol=1e-6, atol=1e-12)
+  assert state_lib.warmup_steps_for(55, 0.1) == 6
+
+
+def test_weight_decay_mask_spares_biases_and_layer_norm():
+  _, params = nnx.split(_model(), nnx.Param)
+  mask = state_lib.weight_decay_mask(nnx.to_pure_dict(params))
+  flat = {".".join(str(getattr(k, "key", k)) for k in path): v
+          for path, v in jax.tree_util.tree_flatten_with_path(mask)[0]}
+  assert flat["transformer.layers.0.attention.query.kernel"]
+  assert flat["transformer.embeddings.word_embeddings.embedding"]
+  assert not flat["transformer.layers.0.attention.query.bias"]
+  assert not flat["transformer.layers.0.layer_norm.scale"]
+  assert not flat["transformer.embeddings.layer_norm.bias"]
+  assert not flat["transformer.layers.0.attention.layer_norm.scale"]
+  # With zero gradients only decayed parameters move.
+  tx, _ = state_lib.make_optimizer(learning_rate=0.1, total_steps=4, warmup_fraction=0.0,
+                                   weight_decay=0.5)
+  s = state_lib.TrainState.create(_model(), tx)
+  s2 = s.apply_gradients(jax.tree.map(jnp.zeros_like, s.params))
+  ln = s.params["transformer"]["layers"][0]["layer_norm"]["scale"]
+  np.testing.assert_array_equal(s2.params["transformer"]["layers"][0]["layer_norm"]["scale"], ln)
+  k = s.params["transformer"]["layers"][0]["intermediate"]["kernel"]
+  np.testing.assert_allclose(s2.params["transformer"]["layers"][0]["intermediate"]["kernel"],
+                             k * (1 - 0.1 * 0.5), rtol=1e-6)
+
+
+def test_clip_norm_bounds_the_gradient():
+  tx, _ = state_lib.make_optimizer(learning_rate=1.0, total_steps=2, warmup_fraction=0.0,
+                                   weight_decay=0.0, clip_norm=1e-3)
+  s = state_lib.TrainState.create(_model(), tx)
+  s = s.apply_gradients(jax.tree.map(lambda p: jnp.full_like(p, 1e6), s.params))
+  # Adam's first moment after one step is (1 - b1) * the gradient it received.
+  mu = [x for x in jax.tree.leaves(s.opt_state, is_leaf=lambda x: hasattr(x, "mu"))
+        if hasattr(x, "mu")][0].mu
+  np.testing.assert_allclose(float(optax.tree.norm(mu)), 0.1 * 1e-3, rtol=1e-4)
+
+
+def _train(state, steps, ckpt=None):
+  for _ in range(steps):
+    grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.01, state.params)
+    state = state.apply_gradients(grads)
+    if ckpt is not None:
+      ckpt.save(state)
+  return state
+
+
+def test_checkpoint_save_restore_and_resume(tmp_path):
+  tx, _ = state_lib.make_optimizer(learning_rate=1e-2, total_steps=6)
+  straight = _train(state_lib.TrainState.create(_model(), tx), 6)
+
+  ckpt = state_lib.Checkpointer(tmp_path / "ck", save_every=2, keep=2)
+  interrupted = _train(state_lib.TrainState.create(_model(), tx), 3, ckpt)  # "dies" after step 3
+  ckpt.close()
+  assert ckpt.all_steps() == [2]
+
+  ckpt = state_lib.Checkpointer(tmp_path / "ck", save_every=2, keep=2)
+  fresh = state_lib.TrainState.create(_model(seed=1), tx)  # other init: restore must overwrite it
+  resumed = ckpt.restore_or_init(fresh)
+  assert int(resumed.step) == 2
+  resumed = _train(resumed, 4, ckpt)
+  assert ckpt.save(resumed, force=True) is False  # step 6 was saved by the interval already
+  ckpt.close()
+  assert ckpt.all_steps() == [4, 6]
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               straight.arrays(), resumed.arrays())
+  del interrupted
+
+  # A finished run restores at its last step, so a loop from there trains nothing.
+  again = state_lib.Checkpointer(tmp_path / "ck", save_every=2).restore_or_init(
+      state_lib.TrainState.create(_model(), tx))
+  assert int(again.step) == 6
+
+
+def test_empty_directory_keeps_the_initial_state(tmp_path):
+  tx, _ = state_lib.make_optimizer(learning_rate=1e-2, total_steps=2)
+  s = state_lib.TrainState.create(_model(), tx)
+  assert state_lib.Checkpointer(tmp_path / "none", save_every=1).restore_or_init(s) is s
+
+
+def test_non_finite_loss_names_step_and_batch():
+  state_lib.check_finite(1.5, 3)
+  with pytest.raises(state_lib.NonFiniteLossError, match=r"nan at step 7; batch indices \[4, 9\]"):
+    state_lib.check_finite(float("nan"), 7, np.array([4, 9]))
+  with pytest.raises(FloatingPointError, match="inf at step 2"):
+    state_lib.check_finite(float("inf"), 2)
+
+
+def test_workdir_files(tmp_path):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  wd = state_lib.Workdir(tmp_path / "run")
+  wd.write_config(ml_collections.ConfigDict({"a": 1, "b": {"c": "x"}}))
+  assert json.loads((tmp_path / "run" / "config.json").read_text()) == {"a": 1, "b": {"c": "x"}}
+  wd.update_metrics({"r_at_1_before": 0.5})
+  merged = wd.update_metrics({"r_at_1": np.float32(0.75)})
+  assert merged == {"r_at_1_before": 0.5, "r_at_1": 0.75}
+  assert json.loads(wd.metrics_path.read_text()) == merged
+  wd.write_scalars(1, {"train/loss": 2.0})
+  wd.close()
+  assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
