@@ -362,3 +362,28 @@ def load_sentence_encoder(name_or_path: str | os.PathLike, *, dtype=None, remat:
     head = heads.Projection(ck.config.hidden_size, projection_dim, rngs=nnx.Rngs(seed))
     params.update({f"projection.{k}": v for k, v in flat_params(head).items()})
   return build_with_params(build, params, source=str(name_or_path)), ck
+
+
+def init_sentence_encoder(init_from: str | os.PathLike, *, architecture: str | os.PathLike = MINILM,
+                          dtype=None, remat: bool = False, projection_dim: int | None = None,
+                          seed: int = 0):
+  """The encoder a training run starts from, and the `Checkpoint` of its tokenizer and config.
+
+  Args:
+    init_from: a folder or hub id (pretrained, or a Stage 1/2 output: a workdir with a
+      `model/` folder is accepted as is), or "rand" for `architecture` with
+      Glorot-uniform weights (the paper's `rand` baseline).
+    architecture: config and tokenizer for "rand".
+    dtype, remat, projection_dim, seed: as in `load_sentence_encoder`.
+  """
+  if str(init_from) == "rand":
+    ck = load(architecture)
+    model = SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
+                            projection_dim=projection_dim, dtype=jnp.float32 if dtype is None else dtype,
+                            init="xavier", remat=remat)
+    return model, ck
+  folder = Path(init_from)
+  if (folder / "model" / "config.json").is_file():
+    init_from = folder / "model"
+  return load_sentence_encoder(init_from, dtype=dtype, remat=remat, projection_dim=projection_dim,
+                               seed=seed)

@@ -24,22 +24,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from convfit_jax.models.heads import l2_normalize
+
 OCL_REDUCTIONS = ("sum", "mean")
-
-
-def _unit(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-  """Rows scaled to unit norm, [..., d] -> [..., d] float32.
-
-  Not `heads.l2_normalize`: `jnp.linalg.norm` has a NaN gradient at a zero vector, and
-  padding rows are often exactly zero, so the clamp sits under the square root here.
-  """
-  x = x.astype(jnp.float32)
-  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), eps * eps))
 
 
 def _pair_cos(u: jax.Array, v: jax.Array) -> jax.Array:
   """cos(u_i, v_i): [batch, d] x [batch, d] -> [batch] float32."""
-  return jnp.sum(_unit(u) * _unit(v), axis=-1)
+  return jnp.sum(l2_normalize(u) * l2_normalize(v), axis=-1)
 
 
 def _weights(weights: jax.Array | None, n: int) -> jax.Array:
@@ -80,7 +72,7 @@ def mneg_loss(contexts: jax.Array, responses: jax.Array, *, scale: float = 20.0,
   """
   b = contexts.shape[0]
   w = _weights(weights, b)
-  sim = scale * (_unit(contexts) @ _unit(responses).T)
+  sim = scale * (l2_normalize(contexts) @ l2_normalize(responses).T)
   eye = jnp.eye(b, dtype=bool)
   real = w > 0
   # Masking rows as well as columns makes `keep` symmetric, which the backward term needs.

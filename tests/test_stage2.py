@@ -19,7 +19,7 @@ STEPS = 8
 
 
 def _overrides(model_dir, workdir, **extra):
-  o = {"workdir": str(workdir), "model.name": str(model_dir), "model.max_length": 16,
+  o = {"workdir": str(workdir), "model.init_from": str(model_dir), "model.max_length": 16,
        "model.projection_dim": 24, "data.shots": 2, "eval.max_test": 64, "eval.tsne": False,
        "train.batch_size": 8, "train.max_steps": STEPS, "train.checkpoint_every": 2,
        "train.log_every": 2, "train.learning_rate": 1e-3}

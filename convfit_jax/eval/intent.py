@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from convfit_jax import knn
+from convfit_jax.data import intent
 from convfit_jax.data.intent import OOS_LABEL, IntentData, IntentSplit
 from convfit_jax.encoder import Encoder
 from convfit_jax.eval import metrics, mlp, plots
@@ -28,6 +29,20 @@ def without_label(split: IntentSplit, label: int) -> IntentSplit:
   return split.subset(np.flatnonzero(split.labels != label))
 
 
+def load_intent_data(data_config, *, oos: bool = False) -> IntentData:
+  """`intent.from_config` for an evaluation: with `oos`, clinc150's out-of-scope rows
+  join val and test only; out-of-scope is detected by a threshold, not learnt as an intent."""
+  d = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
+  d["include_oos"] = d.get("include_oos", False) or oos
+  data = intent.from_config(d)
+  if not oos:
+    return data
+  oos_id = data.label_names.index(OOS_LABEL)
+  return IntentData(data.name, data.label_names, without_label(data.train, oos_id),
+                    without_label(data.pool, oos_id), data.test, data.val,
+                    without_label(data.full_train, oos_id))
+
+
 def evaluate_intents(encoder: Encoder, data: IntentData, *, k: int = 1, vote: str = "majority",
                      batch_size: int = 256, test: IntentSplit | None = None, run_mlp: bool = False,
                      oos: bool = False, seed: int = 0, tsne_path: str | Path | None = None,
@@ -39,8 +54,8 @@ def evaluate_intents(encoder: Encoder, data: IntentData, *, k: int = 1, vote: st
     data: the pool (`data.pool`) and label names; the test set unless `test` is given.
     k, vote: k-NN settings.
     run_mlp: also train the MLP baseline on the training examples' encodings.
-    oos: clinc150 out-of-scope evaluation: the pool holds in-scope intents only; a
-      similarity threshold chosen on `data.val` maps low-confidence queries to `oos`.
+    oos: clinc150 out-of-scope evaluation (`data` from `load_intent_data(..., oos=True)`):
+      a similarity threshold chosen on `data.val` maps low-confidence queries to `oos`.
     tsne_path: write the t-SNE PNG of the test encodings there.
     suffix: appended to every metric name (e.g. "_before").
   Returns:
@@ -50,7 +65,7 @@ def evaluate_intents(encoder: Encoder, data: IntentData, *, k: int = 1, vote: st
   test = data.test if test is None else test
   names = data.label_names
   oos_id = names.index(OOS_LABEL) if oos else None
-  pool = without_label(data.pool, oos_id) if oos else data.pool
+  pool = data.pool
   enc = lambda texts: encoder.encode(texts, batch_size=batch_size, normalize=True)
   pool_x, test_x = enc(pool.texts), enc(test.texts)
   result = knn.knn_predict(test_x, pool_x, pool.labels, k=k, vote=vote)
@@ -75,9 +90,9 @@ def evaluate_intents(encoder: Encoder, data: IntentData, *, k: int = 1, vote: st
                                          val.labels, oos_id)
     thresholded = knn.apply_oos_threshold(pred, result.scores[:, 0], threshold, oos_id)
     out["oos_threshold"] = float(threshold)
-    out.update({f"oos_{k_}": v for k_, v in knn.oos_metrics(thresholded, test.labels, oos_id).items()})
+    out.update(knn.oos_metrics(thresholded, test.labels, oos_id))
   if run_mlp:
-    train = without_label(data.train, oos_id) if oos else data.train
+    train = data.train
     out["mlp_accuracy"] = mlp.mlp_accuracy(enc(train.texts), train.labels, test_x[in_scope],
                                            test.labels[in_scope], len(names), seed=seed)
   if tsne_path is not None:

@@ -39,8 +39,13 @@ def pool(hidden: jax.Array, mask: jax.Array, mode: str) -> jax.Array:
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-  """Rows scaled to unit norm: [..., d] -> [..., d] (torch.nn.functional.normalize's eps)."""
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+  """Rows scaled to unit norm: [..., d] -> [..., d] float32 (torch.nn.functional.normalize's eps).
+
+  The clamp sits under the square root: `jnp.linalg.norm` has a NaN gradient at a zero
+  vector, and padding rows are often exactly zero.
+  """
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), eps * eps))
 
 
 class Projection(nnx.Module):

@@ -27,9 +27,9 @@ from absl import logging
 from flax import nnx
 
 from convfit_jax import checkpoints, losses, sharding
-from convfit_jax.data import batching, intent, pairs as pairs_lib
+from convfit_jax.data import batching, pairs as pairs_lib
 from convfit_jax.encoder import Encoder
-from convfit_jax.eval.intent import evaluate_intents, subsample, without_label
+from convfit_jax.eval.intent import evaluate_intents, load_intent_data, subsample
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.tokenize import load_tokenizer
 from convfit_jax.train import loop, state as state_lib
@@ -45,30 +45,12 @@ class PairModel(nnx.Module):
     self.classifier = classifier
 
 
-def resolve_init(init_from: str, name: str) -> str:
-  """The checkpoint to start from: `name` for "pretrained", a Stage 1 workdir's model/."""
-  if init_from in ("pretrained", ""):
-    return name
-  folder = Path(init_from)
-  if (folder / "model" / "config.json").is_file():
-    return str(folder / "model")
-  return init_from
-
-
 def build_model(config: ml_collections.ConfigDict) -> tuple[PairModel, Any, dict, bool]:
   """(PairModel, tokenizer, hf_config, normalize) for `config.model` and `config.train.loss`."""
   m = config.model
-  dtype = jnp.dtype(m.dtype)
-  projection_dim = m.projection_dim or None
-  if m.init_from == "rand":
-    ck = checkpoints.load(m.name)
-    encoder = SentenceEncoder(ck.config, rngs=nnx.Rngs(config.seed), pooling=ck.pooling,
-                              projection_dim=projection_dim, dtype=dtype, init="xavier",
-                              remat=m.remat)
-  else:
-    encoder, ck = checkpoints.load_sentence_encoder(
-        resolve_init(m.init_from, m.name), dtype=dtype, remat=m.remat,
-        projection_dim=projection_dim, seed=config.seed)
+  encoder, ck = checkpoints.init_sentence_encoder(
+      m.init_from, architecture=m.architecture, dtype=jnp.dtype(m.dtype), remat=m.remat,
+      projection_dim=m.projection_dim or None, seed=config.seed)
   classifier = (losses.PairClassifier(encoder.dim, rngs=nnx.Rngs(config.seed + 1))
                 if config.train.loss == "smax" else None)
   return PairModel(encoder, classifier), load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize
@@ -115,19 +97,6 @@ def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_co
           "activations_mib": act / 2**20, "total_mib": (state_bytes + act) / 2**20}
 
 
-def _load_data(config: ml_collections.ConfigDict) -> intent.IntentData:
-  d = config.data.to_dict()
-  d["include_oos"] = config.data.include_oos or config.eval.oos
-  data = intent.from_config(d)
-  if config.eval.oos:
-    # Out-of-scope is detected by a threshold, not learnt as an intent.
-    oos_id = data.label_names.index(intent.OOS_LABEL)
-    data = intent.IntentData(data.name, data.label_names, without_label(data.train, oos_id),
-                             without_label(data.pool, oos_id), data.test, data.val,
-                             without_label(data.full_train, oos_id))
-  return data
-
-
 def total_steps_for(num_pairs: int, t: ml_collections.ConfigDict) -> int:
   steps = batching.steps_per_epoch(num_pairs, t.batch_size) * t.epochs
   return min(steps, t.max_steps) if t.max_steps > 0 else steps
@@ -146,7 +115,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   t = config.train
   if t.loss not in losses.STAGE2_LOSSES:
     raise ValueError(f"train.loss={t.loss!r}: choose one of {sorted(losses.STAGE2_LOSSES)}")
-  data = _load_data(config)
+  data = load_intent_data(config.data, oos=config.eval.oos)
   model, tokenizer, hf_config, normalize = build_model(config)
   pairs = pairs_lib.build_pairs(data.train.labels, config.data.negatives, seed=config.data.seed,
                                 max_pairs_per_label=config.data.max_pairs_per_label or None)
