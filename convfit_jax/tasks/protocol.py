@@ -1,0 +1,98 @@
+"""Task `protocol`: the paper's grid of Stage 2 runs, summarised as its Table 2."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from configs import stage2 as stage2_config
+from convfit_jax.train import stage2
+from convfit_jax.train.state import Workdir, write_json
+
+_BASELINES = (("knn_accuracy_before", "k-NN, encoder off the shelf"),
+              ("mlp_accuracy_before", "MLP on frozen encodings"))
+
+
+def _split(csv: str) -> list[str]:
+  return [x.strip() for x in csv.split(",") if x.strip()]
+
+
+def run_config(config: ml_collections.ConfigDict, dataset: str, shots: int, loss: str,
+               seed: int) -> ml_collections.ConfigDict:
+  """The Stage 2 config of one cell of the grid."""
+  name = f"{dataset}_{shots or 'full'}shot_{loss}_seed{seed}"
+  c = stage2_config.get_config(f"dataset={dataset},shots={shots},loss={loss},seed={seed},"
+                               f"init_from={config.init_from}")
+  c.workdir = f"{config.workdir}/{name}"
+  c.eval.mlp = config.mlp
+  c.eval.tsne = False
+  c.eval.max_test = config.max_test
+  if config.max_steps:
+    c.train.max_steps = config.max_steps
+  if config.batch_size:
+    c.train.batch_size = config.batch_size
+  if config.learning_rate:
+    c.train.learning_rate = config.learning_rate
+  if config.dtype:
+    c.model.dtype = config.dtype
+  return c
+
+
+def _cell(values: list[float]) -> str:
+  if not values:
+    return "–"
+  mean = 100 * np.mean(values)
+  if len(values) == 1:
+    return f"{mean:.2f}"
+  return f"{mean:.2f} ± {100 * np.std(values, ddof=1):.2f}"
+
+
+def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
+          losses: list[str]) -> str:
+  """Markdown: rows = methods, columns = dataset x setting; accuracy in %, mean ± sd over seeds."""
+  setting = lambda s: f"{s}-shot" if s else "full"
+  cols = [(d, s) for d in datasets for s in shots]
+  head = "| method | " + " | ".join(f"{d} {setting(s)}" for d, s in cols) + " |"
+  lines = [head, "|" + "---|" * (len(cols) + 1)]
+
+  def row(label, metric, loss=None):
+    cells = []
+    for d, s in cols:
+      # Baselines do not depend on the loss: take them from the first loss's runs.
+      lo = loss or losses[0]
+      vals = [r[metric] for r in results
+              if r["dataset"] == d and r["shots"] == s and r["loss"] == lo and metric in r]
+      cells.append(_cell(vals))
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+  for metric, label in _BASELINES:
+    if any(metric in r for r in results):
+      row(label, metric)
+  for loss in losses:
+    row(f"ConvFiT Stage 2 ({loss}), k-NN", "knn_accuracy", loss)
+  seeds = sorted({r["seed"] for r in results})
+  lines.append("")
+  lines.append(f"Accuracy (%) on the full test sets, mean ± sample sd over seeds {seeds}.")
+  return "\n".join(lines) + "\n"
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+  datasets, losses = _split(config.datasets), _split(config.losses)
+  shots = [int(s) for s in _split(config.shots)]
+  seeds = [int(s) for s in _split(config.seeds)]
+  workdir = Workdir(config.workdir)
+  workdir.write_config(config)
+  results = []
+  for dataset, s, loss, seed in itertools.product(datasets, shots, losses, seeds):
+    metrics = stage2.train_and_evaluate(run_config(config, dataset, s, loss, seed))
+    results.append({"dataset": dataset, "shots": s, "loss": loss, "seed": seed,
+                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
+    # Written after every run, so a long protocol shows its progress.
+    write_json(workdir.path / "results.json", results)
+    (workdir.path / "results.md").write_text(table(results, datasets, shots, losses), encoding="utf-8")
+  print(table(results, datasets, shots, losses), flush=True)
+  workdir.close()
+  return results

@@ -1,0 +1,33 @@
+"""The protocol task: a grid of Stage 2 runs summarised as the paper's Table 2."""
+
+import json
+
+from configs import protocol as protocol_config
+from convfit_jax.tasks import protocol
+
+
+def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
+  c = protocol_config.get_config(f"datasets=banking77,shots=2,seeds=0+1,losses=ocl,"
+                                 f"init_from={tiny_bert_dir},max_steps=2")
+  c.workdir = str(tmp_path)
+  c.max_test = 40
+  c.batch_size = 8
+  results = protocol.train_and_evaluate(c)
+  assert [(r["seed"], r["loss"], r["shots"]) for r in results] == [(0, "ocl", 2), (1, "ocl", 2)]
+  assert (tmp_path / "banking77_2shot_ocl_seed1" / "model" / "model.safetensors").is_file()
+  assert json.loads((tmp_path / "results.json").read_text()) == results
+  md = (tmp_path / "results.md").read_text()
+  lines = md.splitlines()
+  assert lines[0] == "| method | banking77 2-shot |"
+  knn = [r["knn_accuracy"] for r in results]
+  mean = 100 * sum(knn) / 2
+  row = next(l for l in lines if l.startswith("| ConvFiT Stage 2 (ocl)"))
+  assert f"{mean:.2f} ± " in row
+  assert any(l.startswith("| k-NN, encoder off the shelf") for l in lines)
+  assert any(l.startswith("| MLP on frozen encodings") for l in lines)
+
+
+def test_table_layout_with_missing_cells():
+  results = [{"dataset": "hwu64", "shots": 10, "loss": "cos", "seed": 0, "knn_accuracy": 0.5}]
+  md = protocol.table(results, ["hwu64"], [10, 0], ["cos"])
+  assert "| ConvFiT Stage 2 (cos), k-NN | 50.00 | – |" in md
