@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from convfit_jax import torch_pickle
 from convfit_jax.models import heads
 from convfit_jax.models.sentence import SentenceEncoder, build_with_params, flat_params
 from convfit_jax.models.transformer import TransformerConfig
@@ -155,7 +156,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _read_weights(folder: Path) -> dict[str, np.ndarray]:
-  """The folder's weights as numpy float32, from safetensors (or pytorch_model.bin via torch)."""
+  """The folder's weights as numpy float32, from safetensors or pytorch_model.bin (no torch needed)."""
   st = folder / "model.safetensors"
   if st.is_file():
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
@@ -169,14 +170,7 @@ def _read_weights(folder: Path) -> dict[str, np.ndarray]:
     return out
   binary = folder / "pytorch_model.bin"
   if binary.is_file():
-    try:
-      import torch  # pylint: disable=import-outside-toplevel
-    except ImportError as e:
-      raise ImportError(
-          f"{binary}: reading a pickled PyTorch checkpoint needs torch; install it, or convert the "
-          "folder to model.safetensors") from e
-    sd = torch.load(str(binary), map_location="cpu", weights_only=True)
-    return {k: v.float().numpy() for k, v in sd.items()}
+    return {k: np.asarray(v, np.float32) for k, v in torch_pickle.load_state_dict(binary).items()}
   raise FileNotFoundError(f"{folder}: no model.safetensors or pytorch_model.bin")
 
 

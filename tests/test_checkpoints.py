@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
-from convfit_jax import Encoder, checkpoints
+from convfit_jax import Encoder, checkpoints, torch_pickle
 
 TEXTS = ["how do I top up my card?", "my card was declined", "", "set an alarm for 7 am please",
          "what is the exchange rate between the euro and the dollar right now?"]
@@ -53,16 +55,41 @@ def test_prefixes_gamma_beta_and_heads_are_handled(tiny_bert_dir, tmp_path):
     np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_pytorch_bin_folder_loads(tiny_bert_dir, tmp_path):
+def test_pytorch_bin_folder_loads_without_torch(tiny_bert_dir, tmp_path):
   folder = tmp_path / "bin"
   shutil.copytree(tiny_bert_dir, folder)
   weights = load_file(str(folder / "model.safetensors"))
   (folder / "model.safetensors").unlink()
-  torch.save({k: torch.from_numpy(v) for k, v in weights.items()}, folder / "pytorch_model.bin")
-  got = checkpoints.load(folder).transformer
+  # A transposed (non-contiguous) view and a bf16 tensor exercise strides and dtypes.
+  sd = {k: torch.from_numpy(v) for k, v in weights.items()}
+  sd["pooler.dense.weight"] = torch.randn(32, 32).t()
+  torch.save(sd, folder / "pytorch_model.bin")
+  torch.save({"w": torch.arange(6.0).reshape(2, 3).t(), "b": torch.ones(2, dtype=torch.bfloat16)},
+             tmp_path / "small.bin")
+  # torch made the files; a process that cannot import torch reads them.
+  code = ("import sys; sys.modules['torch'] = None\n"
+          "import numpy as np\n"
+          "from convfit_jax import checkpoints, torch_pickle\n"
+          f"got = checkpoints.load({str(folder)!r}).transformer\n"
+          f"np.savez({str(tmp_path / 'got.npz')!r}, **got)\n"
+          f"small = torch_pickle.load_state_dict({str(tmp_path / 'small.bin')!r})\n"
+          "assert small['w'].tolist() == [[0, 3], [1, 4], [2, 5]], small['w']\n"
+          "assert small['b'].astype('float32').tolist() == [1, 1]\n")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  got = np.load(tmp_path / "got.npz")
   ref = checkpoints.load(tiny_bert_dir).transformer
   for k in ref:
     np.testing.assert_array_equal(got[k], ref[k])
+
+
+def test_pickles_that_run_code_are_refused(tmp_path):
+  import pickle
+  import zipfile
+  with zipfile.ZipFile(tmp_path / "evil.bin", "w") as zf:
+    zf.writestr("archive/data.pkl", pickle.dumps({"x": print}))
+  with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
+    torch_pickle.load_state_dict(tmp_path / "evil.bin")
 
 
 def test_unresolvable_name_says_where_it_looked(monkeypatch):
