@@ -26,23 +26,7 @@ from convfit_jax import checkpoints
 from convfit_jax.models.heads import l2_normalize
 from convfit_jax.models.sentence import SentenceEncoder, flat_params
 from convfit_jax.models.transformer import TransformerConfig
-from convfit_jax.tokenize import check_texts, load_tokenizer
-
-_MIN_WIDTH = 8
-
-
-def bucket_widths(max_length: int) -> list[int]:
-  """Padded sequence widths used by `encode`: 8, 16, 32, ... below max_length, then max_length."""
-  widths, w = [], _MIN_WIDTH
-  while w < max_length:
-    widths.append(w)
-    w *= 2
-  return widths + [max_length]
-
-
-def _bucket(n: int, sizes: Sequence[int]) -> int:
-  return next(s for s in sizes if s >= n)
-
+from convfit_jax.tokenize import bucket, bucket_widths, check_texts, load_tokenizer
 
 class Encoder:
   """A sentence encoder with its tokenizer.
@@ -125,8 +109,8 @@ class Encoder:
     for start in tqdm(range(0, len(texts), batch_size), disable=not show_progress, desc="encode",
                       unit="batch"):
       idx = order[start:start + batch_size]
-      width = _bucket(int(lengths[idx].max()), widths)
-      n_rows = _bucket(len(idx), rows)
+      width = bucket(int(lengths[idx].max()), widths)
+      n_rows = bucket(len(idx), rows)
       ids = np.full((n_rows, width), pad_id, np.int32)
       mask = np.zeros((n_rows, width), np.int32)
       for r, i in enumerate(idx):

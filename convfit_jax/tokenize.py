@@ -36,6 +36,27 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarr
   return (np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32))
 
 
+_MIN_WIDTH = 8
+
+
+def bucket_widths(max_length: int) -> list[int]:
+  """Padded sequence widths: 8, 16, 32, ... below max_length, then max_length.
+
+  Batches padded to one of these compile a bounded number of XLA shapes while short
+  texts cost about their length, not max_length.
+  """
+  widths, w = [], _MIN_WIDTH
+  while w < max_length:
+    widths.append(w)
+    w *= 2
+  return widths + [max_length]
+
+
+def bucket(n: int, sizes: Sequence[int]) -> int:
+  """The smallest of the ascending `sizes` that holds n."""
+  return next(s for s in sizes if s >= n)
+
+
 def load_tokenizer(folder):
   """The folder's fast tokenizer (transformers.AutoTokenizer)."""
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel

@@ -9,7 +9,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
 from convfit_jax import Encoder
-from convfit_jax.encoder import bucket_widths
+from convfit_jax.tokenize import bucket_widths
 
 SENTENCES = [
     "how do I top up my card?", "my card was declined", "I still haven't received my new card",

@@ -30,7 +30,7 @@ import numpy as np
 
 from convfit_jax.data.conversations import Conversation
 from convfit_jax.data.pairs import Pairs
-from convfit_jax.tokenize import tokenize
+from convfit_jax.tokenize import bucket, bucket_widths, tokenize
 
 T = TypeVar("T")
 
@@ -231,6 +231,22 @@ def conversation_batches(open_epoch: Callable[[int], Iterable[Conversation]], to
         yield _conversation_batch(chunk, tokenizer, batch_size, max_length, process_index,
                                   process_count)
       step += 1
+
+
+def trim_padding(arrays: dict[str, np.ndarray], mask_keys: Sequence[str],
+                 max_length: int) -> dict[str, np.ndarray]:
+  """Cuts the all-padding columns of a batch's [n, max_length] arrays to a bucket width.
+
+  Right padding with masked attention makes the cut exact (the same embeddings); the
+  few bucket widths (`tokenize.bucket_widths`) bound recompilation, and short
+  utterances cost about their length instead of max_length. Every 2-D array is cut;
+  the width is the smallest bucket that keeps every real token of `mask_keys`.
+  Single-process only: processes would disagree on the width of a global batch.
+  """
+  used = max(int(np.asarray(arrays[k]).sum(1).max()) for k in mask_keys)
+  width = bucket(used, bucket_widths(max_length))
+  return {k: (np.asarray(v)[:, :width] if np.ndim(v) == 2 else np.asarray(v))
+          for k, v in arrays.items()}
 
 
 def prefetch(iterator: Iterable[T], size: int = 2) -> Iterator[T]:

@@ -16,7 +16,6 @@ folder (workdir/model) that the `evaluate` task, Stage 1 or PyTorch users load.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, Mapping
 
 import jax
@@ -173,7 +172,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   host_batches = batching.prefetch(batching.pair_batches(
       table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
       start_step=start, num_steps=total_steps - start))
-  to_device = lambda b: sharding.global_batch({k: getattr(b, k) for k in BATCH_KEYS}, mesh)
+
+  def to_device(host_batch):
+    local = {k: getattr(host_batch, k) for k in BATCH_KEYS}
+    if jax.process_count() == 1:
+      local = batching.trim_padding(local, ("attention_mask",), config.model.max_length)
+    return sharding.global_batch(local, mesh)
+
   step_fn = jax.jit(functools.partial(train_step, loss=t.loss, margin=t.margin),
                     donate_argnums=0)
   state, seconds = loop.fit(

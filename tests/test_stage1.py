@@ -1,0 +1,328 @@
+"""Tests of convfit_jax.train.stage1: global negatives across shards and hosts, grad cache, loop.
+
+Also runnable as the worker of the multi-host test:
+  python tests/test_stage1.py worker PROCESS_ID PORT OUT.npz
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+  # Before jax is imported: this process is one host with 4 CPU devices.
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from convfit_jax import sharding
+from convfit_jax.losses import mneg_loss
+from convfit_jax.models.sentence import SentenceEncoder
+from convfit_jax.models.transformer import TransformerConfig
+from convfit_jax.train import stage1
+
+TINY = TransformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=32)
+B, L = 16, 8
+REPO = Path(__file__).resolve().parents[1]
+SGD = REPO.parent / "shared" / "data" / "conversations" / "sgd"
+
+
+def _dual(seed=0, **kw):
+  return stage1.DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(seed)), **kw)
+
+
+def _split(model):
+  graphdef, params = nnx.split(model, nnx.Param)
+  return graphdef, nnx.to_pure_dict(params)
+
+
+def _hard_negative_batch(seed=0):
+  """B pairs whose hardest negatives sit on other shards (of 8 shards of 2 rows).
+
+  The response of row j is a copy of the context of row j - 2, i.e. of a row on
+  the previous shard: only a loss that scores each context against every
+  device's responses, in the right column order, sees those near-perfect matches.
+  """
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(3, L + 1, size=B)
+  mask = (np.arange(L)[None, :] < lengths[:, None]).astype(np.int32)
+  ctx = (rng.integers(1, TINY.vocab_size, size=(B, L)) * mask).astype(np.int32)
+  resp_ids = np.roll(ctx, 2, axis=0)
+  resp_mask = np.roll(mask, 2, axis=0)
+  return {"context_ids": ctx, "context_mask": mask, "response_ids": resp_ids,
+          "response_mask": resp_mask, "weights": np.ones((B,), np.float32)}
+
+
+def _assert_trees_close(a, b, tol=1e-5):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+def _max_diff(a, b):
+  return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _sharded_loss_and_grads(graphdef, params, batch, key, cfg, mesh):
+  fn = jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg),
+               in_shardings=(sharding.replicated(mesh), sharding.batch_sharding(mesh),
+                             sharding.replicated(mesh)),
+               out_shardings=sharding.replicated(mesh))
+  return fn(params, batch, key)
+
+
+def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
+  assert jax.device_count() == 8
+  graphdef, params = _split(_dual())
+  batch = _hard_negative_batch()
+  key = jax.random.PRNGKey(3)
+  cfg1 = stage1.LossConfig(dropout=True)
+  dev0 = jax.devices()[0]
+  loss1, grads1 = jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg1))(
+      jax.device_put(params, dev0), jax.device_put(batch, dev0), jax.device_put(key, dev0))
+
+  mesh = sharding.make_mesh()
+  cfg8 = stage1.LossConfig(dropout=True, data_shards=8)
+  loss8, grads8 = _sharded_loss_and_grads(graphdef, params, batch, key, cfg8, mesh)
+  np.testing.assert_allclose(float(loss8), float(loss1), rtol=1e-5, atol=1e-5)
+  _assert_trees_close(grads8, grads1)
+
+  # Device-local negatives: each shard ranks only its own 2 responses.
+  def local_loss(p, b):
+    def per_shard(b):
+      model = nnx.merge(graphdef, p)
+      c = model.encode_contexts(b["context_ids"], b["context_mask"])
+      r = model.encode_responses(b["response_ids"], b["response_mask"])
+      return jax.lax.pmean(mneg_loss(c, r), sharding.DATA)
+    return jax.shard_map(per_shard, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(sharding.DATA),),
+                         out_specs=jax.sharding.PartitionSpec())(b)
+
+  local = jax.jit(jax.value_and_grad(local_loss))
+  loss_local, grads_local = local(params, batch)
+  ref_loss, ref_grads = jax.jit(lambda p, b: stage1.loss_and_grads(
+      graphdef, p, b, None, stage1.LossConfig(dropout=False)))(params, batch)
+  # The copies on the neighbouring shard make the global loss far larger.
+  assert float(ref_loss) > float(loss_local) + 1.0
+  assert _max_diff(grads_local, ref_grads) > 1e-3
+
+
+def test_grad_cache_equals_uncached_with_dropout():
+  graphdef, params = _split(_dual())
+  batch = _hard_negative_batch(1)
+  key = jax.random.PRNGKey(7)
+  fn = lambda cfg: jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg))
+  plain_loss, plain = fn(stage1.LossConfig(dropout=True, chunk_size=4))(params, batch, key)
+  cached_fn = fn(stage1.LossConfig(dropout=True, chunk_size=4, grad_cache=True))
+  cached_loss, cached = cached_fn(params, batch, key)
+  np.testing.assert_allclose(float(cached_loss), float(plain_loss), rtol=1e-5, atol=1e-5)
+  _assert_trees_close(cached, plain)
+  # Dropout is really on: a different key changes the gradients.
+  _, other = cached_fn(params, batch, jax.random.PRNGKey(8))
+  assert _max_diff(other, cached) > 1e-4
+
+  # Per-layer remat composes: same numbers.
+  remat_model = stage1.DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(0), remat=True))
+  graphdef_r, params_r = _split(remat_model)
+  _assert_trees_close(params_r, params, tol=0)
+  loss_r, grads_r = jax.jit(lambda p, b, k: stage1.loss_and_grads(
+      graphdef_r, p, b, k, stage1.LossConfig(dropout=True, chunk_size=4, grad_cache=True)))(
+          params_r, batch, key)
+  np.testing.assert_allclose(float(loss_r), float(plain_loss), rtol=1e-5, atol=1e-5)
+  _assert_trees_close(grads_r, plain)
+
+
+def test_grad_cache_sharded_with_response_tower_and_ff():
+  base = SentenceEncoder(TINY, rngs=nnx.Rngs(0))
+  model = stage1.DualEncoder(base, response=nnx.clone(base),
+                             response_ff=stage1.ResponseFeedForward(32, 16, rngs=nnx.Rngs(1)))
+  # Give the zero-initialised FF output a non-zero kernel so its gradient path is exercised.
+  model.response_ff.down.kernel[...] = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (16, 32))
+  graphdef, params = _split(model)
+  batch, key, mesh = _hard_negative_batch(2), jax.random.PRNGKey(0), sharding.make_mesh()
+  plain_loss, plain = _sharded_loss_and_grads(
+      graphdef, params, batch, key, stage1.LossConfig(chunk_size=8, data_shards=8), mesh)
+  cached_loss, cached = _sharded_loss_and_grads(
+      graphdef, params, batch, key, stage1.LossConfig(chunk_size=8, data_shards=8, grad_cache=True),
+      mesh)
+  np.testing.assert_allclose(float(cached_loss), float(plain_loss), rtol=1e-5, atol=1e-5)
+  _assert_trees_close(cached, plain)
+  assert float(jnp.max(jnp.abs(cached["response"]["transformer"]["layers"][0]["output"]["kernel"]))) > 0
+  assert float(jnp.max(jnp.abs(cached["response_ff"]["up"]["kernel"]))) > 0
+
+
+def test_identical_responses_are_masked_as_false_negatives():
+  graphdef, params = _split(_dual())
+  batch = _hard_negative_batch(3)
+  batch["response_ids"][5] = batch["response_ids"][1]
+  batch["response_mask"][5] = batch["response_mask"][1]
+  batch["response_ids"][9] = batch["response_ids"][1]
+  batch["response_mask"][9] = batch["response_mask"][1]
+  ids = np.asarray(stage1.duplicate_ids(jnp.asarray(batch["response_ids"])))
+  expected = np.arange(B)
+  expected[[5, 9]] = 1
+  np.testing.assert_array_equal(ids, expected)
+
+  model = nnx.merge(graphdef, params)
+  c = model.encode_contexts(batch["context_ids"], batch["context_mask"])
+  r = model.encode_responses(batch["response_ids"], batch["response_mask"])
+  loss_of = lambda cfg: jax.jit(lambda p, b: stage1.loss_and_grads(graphdef, p, b, None, cfg)[0])(
+      params, batch)
+  masked = loss_of(stage1.LossConfig(dropout=False, chunk_size=4))  # chunks reassemble in order
+  unmasked = loss_of(stage1.LossConfig(dropout=False, mask_duplicates=False))
+  np.testing.assert_allclose(float(masked), float(mneg_loss(c, r, response_ids=jnp.asarray(expected))),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(unmasked), float(mneg_loss(c, r)), rtol=1e-6)
+  # Rows 1, 5, 9 no longer push away copies of their own response: a lower loss.
+  assert float(masked) < float(unmasked) - 1e-3
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _tiny_folder(tmp_path):
+  """A tiny random BERT folder with the MiniLM tokenizer (vocab 30522)."""
+  from convfit_jax import checkpoints  # pylint: disable=import-outside-toplevel
+  from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
+  from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
+  tok = load_tokenizer(checkpoints.resolve(checkpoints.MINILM))
+  config = dict(model_type="bert", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+  folder = tmp_path / "tiny"
+  Encoder.from_config(config, tok, init="normal", max_length=24).save_pretrained(folder)
+  return folder
+
+
+def _small_data(tmp_path):
+  rows = (SGD / "train.tsv").read_text(encoding="utf-8").splitlines()[:41]  # header + 40
+  train = tmp_path / "train.tsv"
+  train.write_text("\n".join(rows) + "\n", encoding="utf-8")
+  return train
+
+
+def _e2e_config(tmp_path, folder, train, workdir):
+  import configs.stage1  # pylint: disable=import-outside-toplevel
+  c = configs.stage1.get_config("runlocal")
+  c.workdir = str(workdir)
+  c.model.init_from = str(folder)
+  c.model.max_length = 24
+  c.data.train = str(train)
+  c.data.fraction = 1.0
+  c.train.batch_size = 16
+  c.train.chunk_size = 8
+  c.train.epochs = 2
+  c.train.max_steps = 0  # 40 pairs, batch 16: 3 steps per epoch (the last one padded)
+  c.train.learning_rate = 1e-3
+  c.train.checkpoint_every = 2
+  c.train.keep_checkpoints = 5
+  c.train.log_every = 2
+  c.eval.num_cases = 6
+  c.eval.every = 4
+  return c
+
+
+def test_train_and_evaluate_end_to_end_and_resume(tmp_path):
+  sys.path.insert(0, str(REPO))
+  from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
+  folder, train = _tiny_folder(tmp_path), _small_data(tmp_path)
+  c = _e2e_config(tmp_path, folder, train, tmp_path / "run")
+  metrics = stage1.train_and_evaluate(c)
+  for k in ("r_at_1", "r_at_10", "r_at_50", "mrr", "r_at_1_before", "mrr_before"):
+    assert 0.0 <= metrics[k] <= 1.0, k
+  assert metrics["total_steps"] == 6 and metrics["num_pairs"] == 40
+  run = tmp_path / "run"
+  assert json.loads((run / "metrics.json").read_text()) == metrics
+  assert json.loads((run / "config.json").read_text())["train"]["batch_size"] == 16
+  assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+  assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [2, 4, 6]
+  trained = Encoder.from_pretrained(run / "model")
+  before = Encoder.from_pretrained(folder)
+  texts = ["I want to book a flight.", "It leaves at 5 pm."]
+  assert np.max(np.abs(trained.encode(texts) - before.encode(texts))) > 1e-4
+
+  # A second run in the same workdir trains nothing and gives the same model.
+  again = stage1.train_and_evaluate(c)
+  assert again["train_seconds"] == metrics["train_seconds"]
+  np.testing.assert_allclose(Encoder.from_pretrained(run / "model").encode(texts),
+                             trained.encode(texts), atol=1e-6)
+
+  # Interrupted after step 4 (its later checkpoint lost), the rerun resumes there and
+  # ends with the parameters of the uninterrupted run.
+  import shutil  # pylint: disable=import-outside-toplevel
+  shutil.copytree(run, tmp_path / "cut")
+  shutil.rmtree(tmp_path / "cut" / "checkpoints" / "6")
+  shutil.rmtree(tmp_path / "cut" / "model")
+  c.workdir = str(tmp_path / "cut")
+  stage1.train_and_evaluate(c)
+  np.testing.assert_allclose(Encoder.from_pretrained(tmp_path / "cut" / "model").encode(texts),
+                             trained.encode(texts), atol=1e-5)
+
+
+# --------------------------------------------------------------------------- multi-host
+
+
+def _worker_batch_and_params():
+  graphdef, params = _split(_dual())
+  return graphdef, params, _hard_negative_batch(4), jax.random.PRNGKey(11)
+
+
+MULTI_CFG = dict(dropout=True, data_shards=8)
+
+
+def _worker(process_id: int, port: int, out: str) -> None:
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                             process_id=process_id)
+  assert jax.device_count() == 8 and jax.local_device_count() == 4
+  graphdef, params, batch, key = _worker_batch_and_params()
+  mesh = sharding.make_mesh()
+  rows = slice(process_id * B // 2, (process_id + 1) * B // 2)
+  local = {k: v[rows] for k, v in batch.items()}
+  global_batch = sharding.global_batch(local, mesh)
+  rep = sharding.replicated(mesh)
+  params = jax.device_put(params, rep)
+  key = jax.device_put(key, rep)
+  loss, grads = _sharded_loss_and_grads(graphdef, params, global_batch, key,
+                                        stage1.LossConfig(**MULTI_CFG), mesh)
+  flat = {f"g{i}": np.asarray(x.addressable_data(0)) for i, x in enumerate(jax.tree.leaves(grads))}
+  np.savez(out, loss=np.asarray(loss.addressable_data(0)), **flat)
+  jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process_with_eight_devices(tmp_path):
+  graphdef, params, batch, key = _worker_batch_and_params()
+  mesh = sharding.make_mesh()
+  loss, grads = _sharded_loss_and_grads(graphdef, params, batch, key,
+                                        stage1.LossConfig(**MULTI_CFG), mesh)
+  port = _free_port()
+  env = {**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  procs = [subprocess.Popen([sys.executable, __file__, "worker", str(i), str(port),
+                             str(tmp_path / f"p{i}.npz")], env=env, cwd=str(REPO),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for i in range(2)]
+  logs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+  for p, log in zip(procs, logs):
+    assert p.returncode == 0, log[-3000:]
+  leaves = jax.tree.leaves(grads)
+  for i in range(2):
+    got = np.load(tmp_path / f"p{i}.npz")
+    np.testing.assert_allclose(got["loss"], float(loss), rtol=1e-5, atol=1e-5)
+    for j, g in enumerate(leaves):
+      np.testing.assert_allclose(got[f"g{j}"], np.asarray(g), rtol=1e-5, atol=1e-5)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+  _worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
