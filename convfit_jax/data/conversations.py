@@ -16,14 +16,13 @@ candidates, the index of the true one) and STS pairs (TSV score, sentence1, sent
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from convfit_jax.data.intent import DataError, decoded_lines, file_format, read_rows
+from convfit_jax.data.intent import DataError, file_format, json_objects, read_rows
 
 EOU = " __eou__ "
 T = TypeVar("T")
@@ -63,18 +62,7 @@ def _iter_tsv(path: Path) -> Iterator[Conversation]:
 
 
 def _iter_jsonl(path: Path) -> Iterator[Conversation]:
-  for lineno, line in decoded_lines(path):
-    if not line.strip():
-      continue
-    try:
-      obj = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(obj, dict):
-      raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-    missing = [k for k in ("context", "response") if k not in obj]
-    if missing:
-      raise DataError(f"{path}:{lineno}: missing column(s) {', '.join(map(repr, missing))}")
+  for lineno, obj in json_objects(path, ("context", "response")):
     context, response = obj["context"], obj["response"]
     if not isinstance(context, str) or not isinstance(response, str):
       raise DataError(f"{path}:{lineno}: context and response must be strings")
@@ -191,18 +179,7 @@ def read_response_selection(path: str | os.PathLike) -> ResponseSelectionSet:
   """Reads JSONL cases {"context", "history" (optional), "candidates": [str], "label": int}."""
   path = Path(path)
   contexts, histories, candidates, labels = [], [], [], []
-  for lineno, line in decoded_lines(path):
-    if not line.strip():
-      continue
-    try:
-      obj = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(obj, dict):
-      raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-    missing = [k for k in ("context", "candidates", "label") if k not in obj]
-    if missing:
-      raise DataError(f"{path}:{lineno}: missing column(s) {', '.join(map(repr, missing))}")
+  for lineno, obj in json_objects(path, ("context", "candidates", "label")):
     context, cands, label = obj["context"], obj["candidates"], obj["label"]
     if not isinstance(context, str) or not context.strip():
       raise DataError(f"{path}:{lineno}: context must be a non-empty string")

@@ -136,7 +136,9 @@ def read_rows(path: str | os.PathLike, columns: Sequence[str], optional: Sequenc
     raise DataError(f"{path}: empty file (no header)")
 
 
-def _read_jsonl(path: Path, columns: Sequence[str], wanted: Sequence[str]):
+def json_objects(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict]]:
+  """(line number, object) of a JSON-lines file; blank lines are skipped, and a line that
+  is not a JSON object holding every `required` key is a `DataError` naming it."""
   for lineno, line in decoded_lines(path):
     if not line.strip():
       continue
@@ -146,10 +148,15 @@ def _read_jsonl(path: Path, columns: Sequence[str], wanted: Sequence[str]):
       raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
     if not isinstance(obj, dict):
       raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-    missing = [c for c in columns if c not in obj]
+    missing = [c for c in required if c not in obj]
     if missing:
       raise DataError(f"{path}:{lineno}: missing column(s) {', '.join(map(repr, missing))}; "
                       f"the object has {', '.join(map(repr, obj))}")
+    yield lineno, obj
+
+
+def _read_jsonl(path: Path, columns: Sequence[str], wanted: Sequence[str]):
+  for lineno, obj in json_objects(path, columns):
     row = {}
     for c in wanted:
       value = obj.get(c, "")
