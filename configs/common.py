@@ -61,4 +61,7 @@ def eval_config():
   e.tsne = True  # t-SNE PNG of 12 intents
   e.max_test = 0  # > 0: evaluate on a seeded subset of this many test rows
   e.oos = False  # clinc150: threshold chosen on val; in-scope accuracy and OOS recall
+  # Stage 2: also k-NN with these larger pools after training, no retraining (the paper's
+  # inference-time augmentation), as N per intent, 0 = every training row; e.g. (30, 0).
+  e.extra_pools = ()
   return e

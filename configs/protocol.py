@@ -28,6 +28,9 @@ def get_config(arg=None):
   c.seeds = split("seeds", "0+1+2")
   c.losses = split("losses", "ocl+cos+smax")
   c.mlp = True  # MLP baseline row (on the encoder before Stage 2)
+  # Rows for k-NN with larger pools after training (N per intent, 0 = all training rows):
+  # the paper's inference-time augmentation, e.g. (30, 0) with shots=10.
+  c.extra_pools = ()
   # Overrides applied to every Stage 2 run (configs/stage2.py); 0 / "" keep its defaults.
   c.init_from = args.get("init_from", common.MINILM)
   c.max_steps = int(args.get("max_steps", 0))  # > 0: cut every run (and its schedule) short

@@ -12,6 +12,7 @@ def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   c.workdir = str(tmp_path)
   c.max_test = 40
   c.batch_size = 8
+  c.extra_pools = (5,)
   results = protocol.train_and_evaluate(c)
   assert [(r["seed"], r["loss"], r["shots"]) for r in results] == [(0, "ocl", 2), (1, "ocl", 2)]
   assert (tmp_path / "banking77_2shot_ocl_seed1" / "model" / "model.safetensors").is_file()
@@ -25,6 +26,9 @@ def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   assert f"{mean:.2f} ± " in row
   assert any(l.startswith("| k-NN, encoder off the shelf") for l in lines)
   assert any(l.startswith("| MLP on frozen encodings") for l in lines)
+  assert all(r["num_pool_pool5"] == 77 * 5 for r in results)
+  assert "test examples: banking77 40." in md
+  assert any(l.startswith("| ConvFiT Stage 2 (ocl), k-NN, pool 5-shot |") for l in lines)
 
 
 def test_table_layout_with_missing_cells():

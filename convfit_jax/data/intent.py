@@ -7,8 +7,11 @@ is configured separately from the training subset.
 
 Built-in sets are found, in this order, under `data_dir/<name>/`, then in the
 copies vendored in the package (`convfit_jax/data/vendor/<name>/`, each with
-its licence), then downloaded from URLs given by the caller (sha256-checked and
-cached; see `fetch_file`).
+its licence), then (banking77, clinc150) in the download cache, downloaded once
+from their original public files when the network is allowed (neither
+CONVFIT_OFFLINE nor HF_HUB_OFFLINE set), converted to the vendored layout and
+checked against the vendored files' sha256 (see `sources.py`). A caller may
+instead give its own {file: (url, sha256)} table (`urls=`; see `fetch_file`).
 
 The file readers here (`read_rows`, `read_labelled_file`) are also used by the
 conversation readers: every bad row is a `DataError` naming file and line.
@@ -21,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import urllib.request
 import warnings
@@ -29,6 +33,8 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
+
+from convfit_jax.data import sources
 
 VENDOR_DIR = Path(__file__).resolve().parent / "vendor"
 BUILTIN_DATASETS = ("banking77", "clinc150", "hwu64")
@@ -286,14 +292,127 @@ def fetch_file(url: str, sha256: str, cache_dir: str | os.PathLike) -> Path:
   return target
 
 
+OFFLINE_ENV_VARS = ("CONVFIT_OFFLINE", "HF_HUB_OFFLINE")
+
+
+def default_cache_dir() -> Path:
+  """~/.cache/convfit_jax (read at call time, so HOME can change)."""
+  return Path.home() / ".cache" / "convfit_jax"
+
+
+def offline_reason() -> str | None:
+  """'VAR=value' of the first of OFFLINE_ENV_VARS that forbids downloads, else None.
+
+  A variable counts when set to anything but '', '0', 'false', 'no' or 'off'
+  (so HF_HUB_OFFLINE=0 still allows downloads, as in huggingface_hub).
+  """
+  for var in OFFLINE_ENV_VARS:
+    value = os.environ.get(var, "")
+    if value.strip().lower() not in ("", "0", "false", "no", "off"):
+      return f"{var}={value}"
+  return None
+
+
+def _mismatches(folder: Path, expected: Mapping[str, str]) -> list[tuple[str, str, str]]:
+  """(file, actual sha256 or 'missing', expected sha256) for each file that differs."""
+  bad = []
+  for f, want in expected.items():
+    path = folder / f
+    got = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    if got != want:
+      bad.append((f, got, want))
+  return bad
+
+
+def upstream_cache_folder(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+  """Where the converted download of built-in set `name` is cached."""
+  return Path(cache_dir or default_cache_dir()) / "upstream" / name
+
+
+def _download(url: str) -> bytes:
+  with urllib.request.urlopen(url, timeout=120) as response:
+    return response.read()
+
+
+def download_builtin(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+  """The cached, verified upstream copy of `name`, downloading and converting it once.
+
+  The files listed in `sources.SOURCES[name].urls` are downloaded into a temporary
+  folder under the cache, converted to the vendored layout, and every converted
+  file's sha256 is checked against `sources.SOURCES[name].sha256`; only then is
+  the folder renamed into place (atomically), with `source.json` recording each
+  URL and the sha256 and size of the bytes downloaded. Later calls re-check the
+  cached files' sha256 and download nothing. Does not look at OFFLINE_ENV_VARS
+  (`dataset_dir` does).
+
+  Raises:
+    DataError naming the URL or the file and both hashes on a failed download,
+    conversion or check; nothing is cached then.
+  """
+  source = sources.SOURCES[name]
+  target = upstream_cache_folder(name, cache_dir)
+  if target.exists():
+    bad = _mismatches(target, source.sha256)
+    if bad:
+      f, got, want = bad[0]
+      raise DataError(f"{target / f}: cached file has sha256 {got}, expected {want}; "
+                      f"delete {target} to download {name} again")
+    return target
+  target.parent.mkdir(parents=True, exist_ok=True)
+  work = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
+  try:
+    raw, out = work / "raw", work / "out"
+    raw.mkdir()
+    out.mkdir()
+    record = {}
+    for fname, url in source.urls.items():
+      try:
+        data = _download(url)
+      except (OSError, ValueError) as e:  # urllib.error.URLError is an OSError
+        raise DataError(
+          f"{name}: could not download {url} ({e}). Check the network, or put the set's files "
+          f"in data_dir/{name}/ (see convfit_jax/data/vendor/README.md for the layout)") from None
+      (raw / fname).write_bytes(data)
+      record[fname] = {"url": url, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    try:
+      source.convert(raw, out)
+    except (ValueError, KeyError, IndexError) as e:
+      raise DataError(f"{name}: cannot convert the files downloaded from "
+                      f"{', '.join(source.urls.values())}: {e}") from None
+    bad = _mismatches(out, source.sha256)
+    if bad:
+      lines = "; ".join(f"{f}: sha256 {got}, expected {want}" for f, got, want in bad)
+      raise DataError(f"{name}: the files converted from {', '.join(source.urls.values())} "
+                      f"differ from the vendored copy ({lines}); not cached. The upstream files "
+                      f"may have changed: put the set's files in data_dir/{name}/ instead")
+    (out / "source.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    try:
+      os.replace(out, target)
+    except OSError:
+      # Another process put a copy in place first; use it if it checks out.
+      if not target.exists():
+        raise
+      return download_builtin(name, cache_dir)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return target
+
+
 def dataset_dir(name: str, data_dir: str | os.PathLike | None = None,
                 urls: Mapping[str, tuple[str, str]] | None = None,
                 cache_dir: str | os.PathLike | None = None) -> Path:
   """The folder holding built-in set `name`'s files.
 
-  Looks in `data_dir/<name>/`, then the vendored copy, then downloads every file
-  of the set from `urls` ({file name: (url, sha256)}) into `cache_dir/<name>/`
-  (default `~/.cache/convfit_jax/`).
+  Looks in `data_dir/<name>/`, then the vendored copy. Then, with `urls`
+  ({file name: (url, sha256)}), downloads every file of the set into
+  `cache_dir/<name>/`; without, uses the set's upstream files (`download_builtin`:
+  banking77, clinc150) cached in `cache_dir/upstream/<name>/`, downloading them
+  unless CONVFIT_OFFLINE or HF_HUB_OFFLINE is set. `cache_dir` defaults to
+  ~/.cache/convfit_jax.
+
+  Raises:
+    FileNotFoundError listing every place tried and why no download happened.
+    DataError on a failed download or sha256 check (see `download_builtin`).
   """
   if name not in BUILTIN_DATASETS:
     raise unknown_dataset_error(name)
@@ -302,14 +421,30 @@ def dataset_dir(name: str, data_dir: str | os.PathLike | None = None,
     if _has_files(folder, name):
       return folder
   if urls:
-    cache = Path(cache_dir or Path.home() / ".cache" / "convfit_jax") / name
+    cache = Path(cache_dir or default_cache_dir()) / name
     for files in _SPLIT_FILES[name].values():
       for f in files:
         if f not in urls:
           raise ValueError(f"{name}: no URL for {f}")
         fetch_file(*urls[f], cache)
     return cache
-  raise FileNotFoundError(f"{name}: no files in {', '.join(map(str, candidates))} and no URLs given")
+  tried = [f"{folder} (no files)" for folder in candidates]
+  source = sources.SOURCES.get(name)
+  if source is None:
+    raise FileNotFoundError(
+      f"{name}: not found; tried {'; '.join(tried)}. {name} has no upstream download "
+      f"(vendored only): put its files in data_dir/{name}/ or pass urls=")
+  cache = upstream_cache_folder(name, cache_dir)
+  if cache.exists():
+    return download_builtin(name, cache_dir)  # checks the cached files, downloads nothing
+  tried.append(f"{cache} (not downloaded yet)")
+  reason = offline_reason()
+  if reason:
+    raise FileNotFoundError(
+      f"{name}: not found; tried {'; '.join(tried)}; not downloading "
+      f"{', '.join(source.urls.values())} because {reason}. Unset it to download once, "
+      f"or put the set's files in data_dir/{name}/")
+  return download_builtin(name, cache_dir)
 
 
 def few_shot_indices(texts: Sequence[str], labels: np.ndarray, label_names: Sequence[str],
@@ -384,7 +519,9 @@ def load_intent_data(name: str, *, data_dir: str | os.PathLike | None = None,
       train, disjoint from val).
     include_oos: clinc150 only: add its out-of-scope rows with label 'oos'.
     urls: {file name: (url, sha256)} to download a built-in set from when no local copy exists.
-    cache_dir: download cache (default ~/.cache/convfit_jax).
+    cache_dir: download cache (default ~/.cache/convfit_jax); banking77 and clinc150 are
+      downloaded from their upstream files into it when no local copy exists (see
+      `dataset_dir`).
   """
   if name not in DATASET_NAMES:
     raise unknown_dataset_error(name)

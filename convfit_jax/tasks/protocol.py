@@ -30,6 +30,7 @@ def run_config(config: ml_collections.ConfigDict, dataset: str, shots: int, loss
   c.eval.mlp = config.mlp
   c.eval.tsne = False
   c.eval.max_test = config.max_test
+  c.eval.extra_pools = tuple(config.extra_pools)
   if config.max_steps:
     c.train.max_steps = config.max_steps
   if config.batch_size:
@@ -51,7 +52,7 @@ def _cell(values: list[float]) -> str:
 
 
 def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
-          losses: list[str]) -> str:
+          losses: list[str], extra_pools=()) -> str:
   """Markdown: rows = methods, columns = dataset x setting; accuracy in %, mean ± sd over seeds."""
   setting = lambda s: f"{s}-shot" if s else "full"
   cols = [(d, s) for d in datasets for s in shots]
@@ -73,9 +74,13 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
       row(label, metric)
   for loss in losses:
     row(f"ConvFiT Stage 2 ({loss}), k-NN", "knn_accuracy", loss)
+    for p in extra_pools:
+      row(f"ConvFiT Stage 2 ({loss}), k-NN, pool {f'{p}-shot' if p else 'full'}",
+          f"knn_accuracy_pool{p or 'full'}", loss)
   seeds = sorted({r["seed"] for r in results})
+  sizes = ", ".join(f"{d} {n}" for d, n in sorted({(r["dataset"], r.get("num_test")) for r in results}))
   lines.append("")
-  lines.append(f"Accuracy (%) on the full test sets, mean ± sample sd over seeds {seeds}.")
+  lines.append(f"k-NN / MLP accuracy (%), mean ± sample sd over seeds {seeds}; test examples: {sizes}.")
   return "\n".join(lines) + "\n"
 
 
@@ -83,6 +88,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> list[dict[str, Any]
   datasets, losses = _split(config.datasets), _split(config.losses)
   shots = [int(s) for s in _split(config.shots)]
   seeds = [int(s) for s in _split(config.seeds)]
+  if not (datasets and losses and shots and seeds):
+    raise ValueError("protocol: datasets, shots, seeds and losses each need at least one value")
   workdir = Workdir(config.workdir)
   workdir.write_config(config)
   results = []
@@ -92,7 +99,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> list[dict[str, Any]
                     **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
     # Written after every run, so a long protocol shows its progress.
     write_json(workdir.path / "results.json", results)
-    (workdir.path / "results.md").write_text(table(results, datasets, shots, losses), encoding="utf-8")
-  print(table(results, datasets, shots, losses), flush=True)
+    markdown = table(results, datasets, shots, losses, config.extra_pools)
+    (workdir.path / "results.md").write_text(markdown, encoding="utf-8")
+  print(markdown, flush=True)
   workdir.close()
   return results

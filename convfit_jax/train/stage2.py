@@ -192,6 +192,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   after = evaluate(encoder, run_mlp=e.mlp,
                    tsne_path=workdir.path / "tsne_after.png" if e.tsne else None,
                    tsne_title=f"{plot_title}, after Stage 2 ({t.loss})")
+  for pool_shots in e.extra_pools:
+    # The paper's inference-time augmentation: the same encoder, a larger k-NN pool.
+    pool_data = load_intent_data({**config.data.to_dict(), "pool_shots": pool_shots}, oos=e.oos)
+    name = f"pool{pool_shots or 'full'}"
+    after.update(evaluate(encoder, data=pool_data, suffix=f"_{name}"))
   if state_lib.is_main_process():
     encoder.save_pretrained(workdir.path / "model")
   metrics = workdir.update_metrics({
