@@ -9,7 +9,7 @@ with `u, v: [batch, d] float32` the two sentences of each pair, `labels: [batch]
 (1 same intent, 0 different) and `weights: [batch] float32` (1 on real rows, 0 on
 padding rows). A row of weight 0 changes nothing: not the value, not the gradient, and
 not which pairs `ocl` selects as hard. Only `smax` uses `params` (its classifier,
-`PairClassifier` or a mapping with `kernel` and `bias`).
+`heads.PairClassifier` or a mapping with `kernel` and `bias`).
 
 Each loss reproduces the sentence-transformers 6.3.0 loss of the same name on the same
 embeddings (tests/test_losses.py checks it to 1e-5).
@@ -18,20 +18,18 @@ embeddings (tests/test_losses.py checks it to 1e-5).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-import math
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
-from convfit_jax.models.heads import l2_normalize
+from convfit_jax.models import heads
 
 OCL_REDUCTIONS = ("sum", "mean")
 
 
 def _pair_cos(u: jax.Array, v: jax.Array) -> jax.Array:
   """cos(u_i, v_i): [batch, d] x [batch, d] -> [batch] float32."""
-  return jnp.sum(l2_normalize(u) * l2_normalize(v), axis=-1)
+  return jnp.sum(heads.l2_normalize(u) * heads.l2_normalize(v), axis=-1)
 
 
 def _weights(weights: jax.Array | None, n: int) -> jax.Array:
@@ -72,7 +70,7 @@ def mneg_loss(contexts: jax.Array, responses: jax.Array, *, scale: float = 20.0,
   """
   b = contexts.shape[0]
   w = _weights(weights, b)
-  sim = scale * (l2_normalize(contexts) @ l2_normalize(responses).T)
+  sim = scale * (heads.l2_normalize(contexts) @ heads.l2_normalize(responses).T)
   eye = jnp.eye(b, dtype=bool)
   real = w > 0
   # Masking rows as well as columns makes `keep` symmetric, which the backward term needs.
@@ -90,39 +88,8 @@ def mneg_loss(contexts: jax.Array, responses: jax.Array, *, scale: float = 20.0,
   return _weighted_mean(forward, w)
 
 
-class PairClassifier(nnx.Module):
-  """The `smax` classifier over [u; v; |u - v|]: Linear(3d, 2).
-
-  Initialised as torch's nn.Linear (uniform in +-1/sqrt(3d) for kernel and bias), which is
-  what sentence-transformers' SoftmaxLoss starts from.
-  """
-
-  def __init__(self, d: int, *, rngs: nnx.Rngs, num_labels: int = 2):
-    bound = 1.0 / math.sqrt(3 * d)
-    init = jax.nn.initializers.uniform(2 * bound)
-    self.kernel = nnx.Param(init(rngs.params(), (3 * d, num_labels), jnp.float32) - bound)
-    self.bias = nnx.Param(init(rngs.params(), (num_labels,), jnp.float32) - bound)
-
-  def __call__(self, u: jax.Array, v: jax.Array) -> jax.Array:
-    """[batch, d] x [batch, d] -> logits [batch, num_labels] float32."""
-    return pair_logits(u, v, self.kernel[...], self.bias[...])
-
-
-def pair_logits(u: jax.Array, v: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
-  """[u; v; |u - v|] @ kernel + bias: logits [batch, num_labels] float32.
-
-  Args:
-    u, v: [batch, d] float.
-    kernel: [3d, num_labels] float32 (the transpose of torch's Linear.weight).
-    bias: [num_labels] float32.
-  """
-  u = u.astype(jnp.float32)
-  v = v.astype(jnp.float32)
-  return jnp.concatenate([u, v, jnp.abs(u - v)], axis=-1) @ kernel + bias
-
-
 def smax_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
-              *, params: PairClassifier | Mapping[str, jax.Array] | None = None) -> jax.Array:
+              *, params: heads.PairClassifier | Mapping[str, jax.Array] | None = None) -> jax.Array:
   """Softmax classification of the pair (SBERT's SoftmaxLoss): weighted mean cross-entropy.
 
   Args:
@@ -136,7 +103,7 @@ def smax_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array 
   if params is None:
     raise ValueError("smax needs params: a PairClassifier or {'kernel', 'bias'}")
   if isinstance(params, Mapping):
-    logits = pair_logits(u, v, params["kernel"], params["bias"])
+    logits = heads.pair_logits(u, v, params["kernel"], params["bias"])
   else:
     logits = params(u, v)
   logp = jax.nn.log_softmax(logits, axis=-1)

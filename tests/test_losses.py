@@ -13,6 +13,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from convfit_jax import losses
+from convfit_jax.models import heads
 from convfit_jax.sharding import DATA, make_mesh
 import sentence_transformers
 from sentence_transformers.sentence_transformer import losses as st_losses
@@ -157,7 +158,7 @@ def _st_smax(u, v, labels, clf):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_stage2_losses_match_sentence_transformers(seed):
   u, v, labels = _pairs(seed)
-  clf = losses.PairClassifier(u.shape[1], rngs=nnx.Rngs(seed))
+  clf = heads.PairClassifier(u.shape[1], rngs=nnx.Rngs(seed))
   want = {
       "smax": _st_smax(u, v, labels, clf),
       "cos": _st_pair_loss(st_losses.CosineSimilarityLoss(_EmbeddingModel()), u, v,
@@ -199,7 +200,7 @@ def test_ocl_mean_reduction_is_sum_over_real_pairs():
 @pytest.mark.parametrize("name", sorted(losses.STAGE2_LOSSES))
 def test_stage2_padding_rows_change_nothing(name):
   u, v, labels = _pairs(7, b=10)
-  clf = losses.PairClassifier(u.shape[1], rngs=nnx.Rngs(0))
+  clf = heads.PairClassifier(u.shape[1], rngs=nnx.Rngs(0))
   fn = losses.STAGE2_LOSSES[name]
   # Padding rows chosen to move ocl's thresholds if they were counted: a positive pair far
   # apart (raises the max positive distance) and a negative pair that is identical
@@ -225,7 +226,7 @@ def test_stage2_padding_rows_change_nothing(name):
 @pytest.mark.parametrize("name", sorted(losses.STAGE2_LOSSES))
 def test_stage2_gradients_finite_for_identical_and_orthogonal(name):
   eye = np.eye(4, dtype=np.float32)
-  clf = losses.PairClassifier(4, rngs=nnx.Rngs(0))
+  clf = heads.PairClassifier(4, rngs=nnx.Rngs(0))
   fn = losses.STAGE2_LOSSES[name]
   cases = {"identical": (eye, eye.copy()), "orthogonal": (eye, np.roll(eye, 1, axis=0))}
   for case, (u, v) in cases.items():
@@ -247,7 +248,7 @@ def test_mneg_gradients_finite_for_identical_and_orthogonal():
 
 def test_pair_classifier_is_trainable_with_nnx():
   u, v, labels = _pairs(8, b=16)
-  clf = losses.PairClassifier(u.shape[1], rngs=nnx.Rngs(0))
+  clf = heads.PairClassifier(u.shape[1], rngs=nnx.Rngs(0))
   loss, grads = nnx.value_and_grad(lambda m: losses.smax_loss(u, v, labels, params=m))(clf)
   assert np.isfinite(float(loss))
   assert grads.kernel[...].shape == (3 * u.shape[1], 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -62,3 +64,34 @@ class Projection(nnx.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     """[batch, d_in] -> [batch, d_out] float32."""
     return jnp.tanh(self.dense(x).astype(jnp.float32))
+
+
+class PairClassifier(nnx.Module):
+  """The `smax` classifier over [u; v; |u - v|]: Linear(3d, 2).
+
+  Initialised as torch's nn.Linear (uniform in +-1/sqrt(3d) for kernel and bias), which is
+  what sentence-transformers' SoftmaxLoss starts from.
+  """
+
+  def __init__(self, d: int, *, rngs: nnx.Rngs, num_labels: int = 2):
+    bound = 1.0 / math.sqrt(3 * d)
+    init = jax.nn.initializers.uniform(2 * bound)
+    self.kernel = nnx.Param(init(rngs.params(), (3 * d, num_labels), jnp.float32) - bound)
+    self.bias = nnx.Param(init(rngs.params(), (num_labels,), jnp.float32) - bound)
+
+  def __call__(self, u: jax.Array, v: jax.Array) -> jax.Array:
+    """[batch, d] x [batch, d] -> logits [batch, num_labels] float32."""
+    return pair_logits(u, v, self.kernel[...], self.bias[...])
+
+
+def pair_logits(u: jax.Array, v: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+  """[u; v; |u - v|] @ kernel + bias: logits [batch, num_labels] float32.
+
+  Args:
+    u, v: [batch, d] float.
+    kernel: [3d, num_labels] float32 (the transpose of torch's Linear.weight).
+    bias: [num_labels] float32.
+  """
+  u = u.astype(jnp.float32)
+  v = v.astype(jnp.float32)
+  return jnp.concatenate([u, v, jnp.abs(u - v)], axis=-1) @ kernel + bias

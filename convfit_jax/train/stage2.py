@@ -29,6 +29,7 @@ from convfit_jax import checkpoints, losses, sharding
 from convfit_jax.data import batching, pairs as pairs_lib
 from convfit_jax.encoder import Encoder
 from convfit_jax.eval.intent import evaluate_intents, load_intent_data, subsample
+from convfit_jax.models import heads
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.tokenize import load_tokenizer
 from convfit_jax.train import loop, state as state_lib
@@ -39,7 +40,7 @@ BATCH_KEYS = ("input_ids", "attention_mask", "u_idx", "v_idx", "targets", "weigh
 class PairModel(nnx.Module):
   """The Stage 2 network: the sentence encoder, and the smax classifier when used."""
 
-  def __init__(self, encoder: SentenceEncoder, classifier: losses.PairClassifier | None):
+  def __init__(self, encoder: SentenceEncoder, classifier: heads.PairClassifier | None):
     self.encoder = encoder
     self.classifier = classifier
 
@@ -50,7 +51,7 @@ def build_model(config: ml_collections.ConfigDict) -> tuple[PairModel, Any, dict
   encoder, ck = checkpoints.init_sentence_encoder(
       m.init_from, architecture=m.architecture, dtype=jnp.dtype(m.dtype), remat=m.remat,
       projection_dim=m.projection_dim or None, seed=config.seed)
-  classifier = (losses.PairClassifier(encoder.dim, rngs=nnx.Rngs(config.seed + 1))
+  classifier = (heads.PairClassifier(encoder.dim, rngs=nnx.Rngs(config.seed + 1))
                 if config.train.loss == "smax" else None)
   return PairModel(encoder, classifier), load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize
 
