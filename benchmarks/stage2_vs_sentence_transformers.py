@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import platform
 import statistics
@@ -92,7 +91,6 @@ def main(argv=None) -> dict:
   import torch
   import transformers
   import sentence_transformers as st_lib
-  from flax import nnx
   from sentence_transformers import SentenceTransformer, losses as st_losses
   from sentence_transformers.models import Dense, Normalize
 
