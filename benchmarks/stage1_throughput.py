@@ -2,21 +2,32 @@
 
 Run by hand from the repository root:
 
-  python benchmarks/stage1_throughput.py [--batch_size 64] [--max_length 48] [--steps 8]
+  python benchmarks/stage1_throughput.py [--batch_size 64] [--max_length 48] [--steps 12]
+      [--mode plain|cached|both] [--chunk_size 32]
 
 Both sides train all-MiniLM-L6-v2 on the first SGD training pairs
-(../shared/data/conversations/sgd/train.tsv) with dropout on, AdamW 2e-5, scale 20:
+(../shared/data/conversations/sgd/train.tsv) with dropout on, AdamW 2e-5, global-norm
+clipping 1.0, scale 20, and compare like with like:
 
-  ours:   `stage1.train_step` (jit, global multiple-negatives loss, no grad cache),
-          batches from `data.batching` (tokenised per batch), padding cut to a bucket width
-          as the training loop does on one process
-  theirs: SentenceTransformer + MultipleNegativesRankingLoss, a plain PyTorch loop
-          (tokenise, forward, backward, AdamW step): what its trainer runs per step,
-          without the trainer's bookkeeping; max_seq_length = max_length
+  plain:  ours `stage1.train_step` without gradient cache (one forward, one backward)
+          against sentence-transformers' MultipleNegativesRankingLoss;
+  cached: ours with `grad_cache=True, chunk_size=--chunk_size` (an extra forward pass)
+          against CachedMultipleNegativesRankingLoss(mini_batch_size=--chunk_size).
 
-Warm-up first (ours: one step per bucket width the batches can be cut to, so no
-compilation falls in the timed steps; theirs: one step), then `--steps` timed steps; both sides
-include tokenisation. Prints pairs/second for each and the ratio ours / theirs.
+  ours:   batches from `data.batching` (tokenised per batch, in the timed step, no
+          prefetch), contexts and responses each cut to their bucket width
+          (`stage1.trim_batch`, what the training loop does on one process);
+  theirs: SentenceTransformer + the loss in a plain PyTorch loop (tokenise, forward,
+          backward, clip, AdamW step): what its trainer runs per step, without the
+          trainer's bookkeeping; max_seq_length = max_length, each side padded to its
+          longest row.
+
+The machine is shared, so the two sides are interleaved step by step (ours first on
+even steps, theirs first on odd ones) and the figure to read is the ratio. Before
+timing, ours runs one step per (context width, response width) pair that the timed
+batches use, so no compilation falls in the timed steps (checked: the jit cache must
+not grow while timing); theirs runs one warm-up step. Prints pairs/second per side
+(total pairs / total seconds), the ratio, and the median of the per-step ratios.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 
 TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "conversations" / "sgd" / "train.tsv"
+MASKS = ("context_mask", "response_mask")
 
 
 def _pairs(n: int):
@@ -40,80 +52,149 @@ def _pairs(n: int):
   return list(itertools.islice(read_conversations(TRAIN), n))
 
 
-def ours(pairs, batch_size: int, max_length: int, steps: int) -> float:
-  import jax  # pylint: disable=import-outside-toplevel
-  from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
-  from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
-  from convfit_jax.tokenize import bucket_widths  # pylint: disable=import-outside-toplevel
-  from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
-  from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
+class Ours:
+  """convfit_jax's Stage 1 step on successive batches of `pairs`."""
 
-  model, ck = checkpoints.load_sentence_encoder(checkpoints.MINILM)
-  tokenizer = load_tokenizer(ck.tokenizer_dir)
-  tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=steps + 1, clip_norm=1.0)
-  state = state_lib.TrainState.create(stage1.DualEncoder(model), tx)
-  mesh = sharding.make_mesh()
-  step_fn = stage1.make_train_step(mesh, stage1.LossConfig(dropout=True))
-  batches = batching.prefetch(batching.conversation_batches(
-      lambda _: pairs, tokenizer, batch_size=batch_size, max_length=max_length))
+  def __init__(self, pairs, batch_size: int, max_length: int, total_steps: int, grad_cache: bool,
+               chunk_size: int):
+    import jax  # pylint: disable=import-outside-toplevel
+    from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
+    from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
+    from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
+    from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
 
-  def one(local):
-    nonlocal state
-    state, out = step_fn(state, sharding.global_batch(local, mesh))
+    self.jax, self.sharding, self.stage1 = jax, sharding, stage1
+    self.max_length = max_length
+    model, ck = checkpoints.load_sentence_encoder(checkpoints.MINILM)
+    self.tokenizer = load_tokenizer(ck.tokenizer_dir)
+    tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=total_steps, clip_norm=1.0)
+    self.mesh = sharding.make_mesh()
+    # Placed (committed) as the training loop does: an uncommitted first state would
+    # give the first call of each width its own cache entry, compiled again later.
+    self.state = state_lib.place(state_lib.TrainState.create(stage1.DualEncoder(model), tx),
+                                 sharding.replicated(self.mesh))
+    cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache,
+                            chunk_size=chunk_size if grad_cache else None)
+    self.step_fn = stage1.make_train_step(self.mesh, cfg)
+    self.batches = batching.conversation_batches(
+        lambda _: pairs, self.tokenizer, batch_size=batch_size, max_length=max_length)
+
+  def run(self, local) -> float:
+    self.state, out = self.step_fn(self.state, self.sharding.global_batch(local, self.mesh))
     return float(out["loss"])
 
-  # Warm-up: compile every bucket width a batch can be cut to, as a long run has.
-  first = next(batches)._asdict()
-  used = batching.trim_padding(first, ("context_mask", "response_mask"), max_length)["context_ids"].shape[1]
-  for width in [w for w in bucket_widths(max_length) if w >= used]:
-    one({k: v[:, :width] if v.ndim == 2 else v for k, v in first.items()})
-  tic = time.perf_counter()
-  for _ in range(steps):
-    one(batching.trim_padding(next(batches)._asdict(), ("context_mask", "response_mask"), max_length))
-  return steps * batch_size / (time.perf_counter() - tic)
+  def step(self) -> float:
+    """Tokenise the next batch, trim, one optimiser step; the loss."""
+    return self.run(self.stage1.trim_batch(next(self.batches)._asdict(), self.max_length))
+
+  def widths(self, local) -> tuple[int, int]:
+    t = self.stage1.trim_batch(local, self.max_length)
+    return t["context_ids"].shape[1], t["response_ids"].shape[1]
+
+  def compile_widths(self, example, widths) -> None:
+    """One step per (context, response) width pair, on `example` cut to those widths."""
+    for wc, wr in sorted(widths):
+      local = {k: v for k, v in example.items()}
+      for side, w in (("context", wc), ("response", wr)):
+        for k in (f"{side}_ids", f"{side}_mask"):
+          local[k] = np.asarray(local[k])[:, :w]
+      self.run(local)
+
+  def cache_size(self) -> int:
+    return self.step_fn._cache_size()  # pylint: disable=protected-access
 
 
-def theirs(pairs, batch_size: int, max_length: int, steps: int) -> float:
-  import torch  # pylint: disable=import-outside-toplevel
-  from sentence_transformers import SentenceTransformer, losses  # pylint: disable=import-outside-toplevel
-  from convfit_jax import checkpoints  # pylint: disable=import-outside-toplevel
+class Theirs:
+  """sentence-transformers' MNRL (or its cached variant) on successive batches of `pairs`."""
 
-  model = SentenceTransformer(str(checkpoints.resolve(checkpoints.MINILM)), device="cpu")
-  model.max_seq_length = max_length
-  model.train()
-  loss_fn = losses.MultipleNegativesRankingLoss(model, scale=20.0)
-  opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+  def __init__(self, pairs, batch_size: int, max_length: int, cached: bool, chunk_size: int):
+    import torch  # pylint: disable=import-outside-toplevel
+    from sentence_transformers import SentenceTransformer, losses  # pylint: disable=import-outside-toplevel
+    from convfit_jax import checkpoints  # pylint: disable=import-outside-toplevel
 
-  def one(k):
-    chunk = pairs[k * batch_size:(k + 1) * batch_size]
-    feats = [model.tokenize([p.context for p in chunk]), model.tokenize([p.response for p in chunk])]
-    loss = loss_fn(feats, None)
+    self.torch = torch
+    self.model = SentenceTransformer(str(checkpoints.resolve(checkpoints.MINILM)), device="cpu")
+    self.model.max_seq_length = max_length
+    self.model.train()
+    if cached:
+      self.loss_fn = losses.CachedMultipleNegativesRankingLoss(self.model, scale=20.0,
+                                                               mini_batch_size=chunk_size)
+    else:
+      self.loss_fn = losses.MultipleNegativesRankingLoss(self.model, scale=20.0)
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=2e-5, weight_decay=0.01)
+    self.pairs, self.batch_size, self.k = pairs, batch_size, 0
+
+  def step(self) -> float:
+    chunk = self.pairs[self.k * self.batch_size:(self.k + 1) * self.batch_size]
+    self.k += 1
+    tok = self.model.tokenize
+    feats = [tok([p.context for p in chunk]), tok([p.response for p in chunk])]
+    loss = self.loss_fn(feats, None)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad()
-    return float(loss)
+    self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+    self.opt.step()
+    self.opt.zero_grad()
+    return float(loss.detach())
 
-  one(0)
+
+def compare(pairs, args, cached: bool) -> dict[str, float]:
+  """Warm both sides up, then `args.steps` interleaved timed steps; the figures."""
+  from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
+
+  ours = Ours(pairs, args.batch_size, args.max_length, args.steps + 20, cached, args.chunk_size)
+  theirs = Theirs(pairs, args.batch_size, args.max_length, cached, args.chunk_size)
+  # The widths the warm-up batch and the timed batches will be cut to, each compiled once.
+  host = [b._asdict() for b in batching.conversation_batches(
+      lambda _: pairs, ours.tokenizer, batch_size=args.batch_size, max_length=args.max_length)]
+  widths = {ours.widths(b) for b in host[:args.steps + 1]}
   tic = time.perf_counter()
-  for k in range(1, steps + 1):
-    one(k)
-  return steps * batch_size / (time.perf_counter() - tic)
+  ours.compile_widths(host[0], widths)
+  ours.step()  # batch 0, as theirs' warm-up
+  compile_s = time.perf_counter() - tic
+  theirs.step()
+  cache = ours.cache_size()
+  t_ours, t_theirs = [], []
+  for i in range(args.steps):
+    order = [(ours, t_ours), (theirs, t_theirs)]
+    for side, times in (order if i % 2 == 0 else order[::-1]):
+      t = time.perf_counter()
+      side.step()
+      times.append(time.perf_counter() - t)
+    print(f"  step {i}: ours {t_ours[-1]:6.2f} s  theirs {t_theirs[-1]:6.2f} s  "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+  if ours.cache_size() != cache:
+    print(f"  WARNING: ours compiled during timing ({cache} -> {ours.cache_size()} executables)")
+  n = args.steps * args.batch_size
+  return {"ours": n / sum(t_ours), "theirs": n / sum(t_theirs),
+          "ratio": sum(t_theirs) / sum(t_ours),
+          "median_step_ratio": float(np.median(np.asarray(t_theirs) / np.asarray(t_ours))),
+          "widths": sorted(widths), "warmup_s": compile_s}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch_size", type=int, default=64)
   parser.add_argument("--max_length", type=int, default=48)
-  parser.add_argument("--steps", type=int, default=8)
+  parser.add_argument("--steps", type=int, default=12)
+  parser.add_argument("--mode", choices=("plain", "cached", "both"), default="plain")
+  parser.add_argument("--chunk_size", type=int, default=32)
   args = parser.parse_args()
-  pairs = _pairs(args.batch_size * (args.steps + 2))
-  a = ours(pairs, args.batch_size, args.max_length, args.steps)
-  b = theirs(pairs, args.batch_size, args.max_length, args.steps)
-  print(f"ours   (convfit_jax):          {a:8.1f} pairs/s")
-  print(f"theirs (sentence-transformers): {b:8.1f} pairs/s")
-  print(f"ratio ours/theirs: {a / b:.2f}  (batch {args.batch_size}, max_length {args.max_length}, "
-        f"{args.steps} timed steps)")
+  pairs = _pairs(args.batch_size * (args.steps + 1))
+  modes = ("plain", "cached") if args.mode == "both" else (args.mode,)
+  print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+  for mode in modes:
+    cached = mode == "cached"
+    theirs_name = (f"CachedMultipleNegativesRankingLoss(mini_batch_size={args.chunk_size})"
+                   if cached else "MultipleNegativesRankingLoss")
+    ours_name = f"grad_cache=True, chunk_size={args.chunk_size}" if cached else "grad_cache=False"
+    print(f"{mode}: ours {ours_name} vs {theirs_name}")
+    r = compare(pairs, args, cached)
+    print(f"ours   (convfit_jax, {ours_name}): {r['ours']:8.1f} pairs/s  "
+          f"(widths ctx/resp {r['widths']}, warm-up {r['warmup_s']:.0f} s)")
+    print(f"theirs (sentence-transformers {theirs_name}): {r['theirs']:8.1f} pairs/s")
+    print(f"ratio ours/theirs: {r['ratio']:.2f}  (median per-step ratio {r['median_step_ratio']:.2f}; "
+          f"batch {args.batch_size}, max_length {args.max_length}, {args.steps} timed steps)")
+  print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
   b = batch["context_ids"].shape[0]
   n = _num_chunks(b, cfg)
   keys = _chunk_keys(key if cfg.dropout else None, n)
-  tokens = {k: _to_chunks(batch[k], n, cfg.data_shards) for k in BATCH_KEYS if k != "weights"}
+  tokens = {k: (batch[k][None] if n == 1 else _to_chunks(batch[k], n, cfg.data_shards))
+            for k in BATCH_KEYS if k != "weights"}
   ids = duplicate_ids(batch["response_ids"]) if cfg.mask_duplicates else None
 
   def loss_of(c, r):
@@ -231,6 +232,9 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
                      response_ids=ids)
 
   def embed_all(p):
+    if n == 1:  # one chunk: no loop and no re-layout, XLA sees the plain batch
+      return _embed_chunk(graphdef, p, {k: batch[k] for k in tokens},
+                          None if keys is None else keys[0])
     c, r = jax.lax.map(lambda xs: _embed_chunk(graphdef, p, *xs), (tokens, keys))
     return _from_chunks(c, cfg.data_shards), _from_chunks(r, cfg.data_shards)
 
@@ -363,6 +367,21 @@ def make_batches(config: ml_collections.ConfigDict, tokenizer, start_step: int):
   return batching.prefetch(batches, size=d.prefetch)
 
 
+def trim_batch(local: Mapping[str, np.ndarray], max_length: int) -> dict[str, np.ndarray]:
+  """Cuts contexts and responses each to its own bucket width (`batching.trim_padding`).
+
+  Like sentence-transformers, which tokenises the two sides separately and pads each
+  to its own longest row; the step compiles once per (context, response) width pair.
+  Single-process only, as `trim_padding`.
+  """
+  out = {}
+  for side in ("context", "response"):
+    keys = (f"{side}_ids", f"{side}_mask")
+    out.update(batching.trim_padding({k: local[k] for k in keys}, (f"{side}_mask",), max_length))
+  out.update({k: np.asarray(v) for k, v in local.items() if k not in out})
+  return out
+
+
 def _host_params(state: state_lib.TrainState):
   """This state's parameters on this process's default device (a pure dict)."""
   return jax.device_put(jax.device_get(state.params), jax.local_devices()[0])
@@ -434,8 +453,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
     def to_device(host_batch):
       local = host_batch._asdict()
       if jax.process_count() == 1:
-        local = batching.trim_padding(local, ("context_mask", "response_mask"),
-                                      config.model.max_length)
+        local = trim_batch(local, config.model.max_length)
       return sharding.global_batch(local, mesh)
 
     state, seconds = loop.fit(
