@@ -158,7 +158,7 @@ def main(argv=None) -> int:
         + (" (XLA default matmul precision: TF32 on Ampere/Hopper GPUs)" if args.dtype == "float32" else ""),
         f"- Training: {steps_note}; AdamW 2e-5, 10% warm-up, linear decay; max length 48",
         f"- Test sets: {'full' if not args.max_test else f'seeded subsets of {args.max_test} rows'}",
-        f"- Seconds per seed (all datasets, compile and evaluation included): "
+        "- Seconds per seed (all datasets, compile and evaluation included): "
         + ", ".join(f"{s:.0f}" for s in seed_seconds),
         "",
         "## Table (layout of the paper's Table 2)",

@@ -107,7 +107,6 @@ def default_peak(device_kind: str) -> float:
 
 def matmul_tflops(dtype, n: int = 8192, reps: int = 10) -> float:
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
   b = jax.random.normal(jax.random.PRNGKey(1), (n, n), dtype)
   f = jax.jit(lambda x, y: x @ y)
