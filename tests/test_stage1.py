@@ -32,7 +32,7 @@ TINY = TransformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num
                          intermediate_size=64, max_position_embeddings=32)
 B, L = 16, 8
 REPO = Path(__file__).resolve().parents[1]
-SGD = REPO.parent / "shared" / "data" / "conversations" / "sgd"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 def _dual(seed=0, **kw):
@@ -200,13 +200,6 @@ def _tiny_folder(tmp_path):
   return folder
 
 
-def _small_data(tmp_path):
-  rows = (SGD / "train.tsv").read_text(encoding="utf-8").splitlines()[:41]  # header + 40
-  train = tmp_path / "train.tsv"
-  train.write_text("\n".join(rows) + "\n", encoding="utf-8")
-  return train
-
-
 def _e2e_config(tmp_path, folder, train, workdir):
   import configs.stage1  # pylint: disable=import-outside-toplevel
   c = configs.stage1.get_config("runlocal")
@@ -223,6 +216,7 @@ def _e2e_config(tmp_path, folder, train, workdir):
   c.train.checkpoint_every = 2
   c.train.keep_checkpoints = 5
   c.train.log_every = 2
+  c.eval.file = str(FIXTURES / "sgd_test_rs100.jsonl")
   c.eval.num_cases = 6
   c.eval.every = 4
   return c
@@ -231,7 +225,7 @@ def _e2e_config(tmp_path, folder, train, workdir):
 def test_train_and_evaluate_end_to_end_and_resume(tmp_path):
   sys.path.insert(0, str(REPO))
   from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
-  folder, train = _tiny_folder(tmp_path), _small_data(tmp_path)
+  folder, train = _tiny_folder(tmp_path), FIXTURES / "sgd_train.tsv"
   c = _e2e_config(tmp_path, folder, train, tmp_path / "run")
   metrics = stage1.train_and_evaluate(c)
   for k in ("r_at_1", "r_at_10", "r_at_50", "mrr", "r_at_1_before", "mrr_before"):
