@@ -50,3 +50,15 @@ def test_unknown_dataset_lists_the_known_ones():
   c = evaluate_config.get_config("dataset=banking78")
   with pytest.raises(ValueError, match="banking77"):
     load_intent_data(c.data)
+
+
+def test_a_stage_workdir_is_a_starting_point(tiny_bert_dir, tmp_path):
+  """`init_from` a Stage 1/2 workdir takes its exported model/ folder (lm+s1 and lm+s1+s2 rows)."""
+  import shutil
+  from convfit_jax import checkpoints
+  shutil.copytree(tiny_bert_dir, tmp_path / "stage1" / "model")
+  model, ck = checkpoints.init_sentence_encoder(tmp_path / "stage1")
+  assert ck.tokenizer_dir == tmp_path / "stage1" / "model"
+  ref, _ = checkpoints.init_sentence_encoder(tiny_bert_dir)
+  np.testing.assert_array_equal(model.transformer.layers[0].output.kernel[...],
+                                ref.transformer.layers[0].output.kernel[...])
