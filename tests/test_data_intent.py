@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -226,7 +227,7 @@ def test_dataset_dir_downloads_when_no_local_copy(tmp_path, monkeypatch):
   assert data.label_names == ("greet", "leave")
 
 
-# Upstream downloads (banking77, clinc150): file:// fixtures only, no network.
+# Upstream downloads (banking77, clinc150, hwu64): file:// fixtures only, no network.
 
 from convfit_jax.data import sources  # pylint: disable=wrong-import-position
 
@@ -248,12 +249,24 @@ def test_recorded_hashes_are_the_vendored_files():
     assert all(u.startswith("https://raw.githubusercontent.com/") for u in source.urls.values())
   assert sources.BANKING77_COMMIT in sources.SOURCES["banking77"].urls["train.csv"]
   assert sources.CLINC150_COMMIT in sources.SOURCES["clinc150"].urls["data_full.json"]
-  assert "hwu64" not in sources.SOURCES  # vendored only
+  assert set(sources.SOURCES) == set(intent.BUILTIN_DATASETS)
+
+
+def test_hwu64_urls_are_the_128_kfold1_files():
+  urls = sources.SOURCES["hwu64"].urls
+  assert len(urls) == 128 and len(set(urls.values())) == 128
+  labels = json.loads((intent.VENDOR_DIR / "hwu64" / "labels.json").read_text())
+  assert list(sources.HWU64_INTENTS) == labels  # one file per label, sorted
+  base = ("https://raw.githubusercontent.com/xliuhw/NLU-Evaluation-Data/"
+          "f6071b496b17d71e6eb43f543af0707f4ff30557/CrossValidation/autoGeneFromRealAnno/"
+          "autoGene_2018_03_22-13_01_25_169/CrossValidation/KFold_1/")
+  assert urls["trainset_alarm_query.csv"] == base + "trainset/alarm_query.csv"
+  assert urls["testset_weather_query.csv"] == base + "testset/csv/weather_query.csv"
+  assert all(sources.HWU64_COMMIT in u for u in urls.values())
 
 
 def test_converters_rebuild_the_vendored_files_from_raw_format(tmp_path):
   import csv  # pylint: disable=import-outside-toplevel
-  import json  # pylint: disable=import-outside-toplevel
   raw, out = tmp_path / "raw", tmp_path / "out"
   raw.mkdir()
   out.mkdir()
@@ -279,6 +292,59 @@ def test_converters_rebuild_the_vendored_files_from_raw_format(tmp_path):
   sources.convert_clinc150(raw, out)
   for f in sources.SOURCES["clinc150"].sha256:
     assert (out / f).read_bytes() == (intent.VENDOR_DIR / "clinc150" / f).read_bytes(), f
+
+
+_HWU64_HEADER = ["answerid", "scenario", "intent", "answer_annotation", "answer_from_anno",
+                 "answer_from_user"]
+
+
+def _hwu64_raw(folder: Path, split: str, rows, quoting=None) -> None:
+  """NLU-Evaluation-Data files `<split>_<scenario>_<intent>.csv` (';'-separated) from
+  (text, label) rows, one file per label in row order, as upstream quotes them."""
+  import csv  # pylint: disable=import-outside-toplevel
+  by_label: dict[str, list] = {}
+  for text, label in rows:
+    by_label.setdefault(label, []).append(text)
+  for label, texts in by_label.items():
+    scenario, intent_ = label.split("_", 1)
+    with open(folder / f"{split}_{label}.csv", "w", newline="", encoding="utf-8") as fh:
+      writer = csv.writer(fh, delimiter=";", lineterminator="\n",
+                          quoting=csv.QUOTE_NONNUMERIC if quoting is None else quoting)
+      writer.writerow(_HWU64_HEADER)
+      for i, text in enumerate(texts):
+        writer.writerow([i, scenario, intent_, f"[x : {text}]", text, text.upper() + "?"])
+
+
+def test_hwu64_converter_rebuilds_the_vendored_files_from_raw_format(tmp_path):
+  raw, out = tmp_path / "raw", tmp_path / "out"
+  raw.mkdir()
+  out.mkdir()
+  vendor = intent.VENDOR_DIR / "hwu64"
+  for split, f in (("trainset", "train.csv"), ("testset", "test.csv")):
+    _hwu64_raw(raw, split, _csv_rows(vendor / f)[1:])
+  assert len(list(raw.iterdir())) == 128
+  assert sorted(p.name for p in raw.iterdir()) == sorted(sources.SOURCES["hwu64"].urls)
+  sources.convert_hwu64(raw, out)
+  for f in sources.SOURCES["hwu64"].sha256:
+    assert (out / f).read_bytes() == (vendor / f).read_bytes(), f
+
+
+def test_hwu64_converter_checks_the_files(tmp_path):
+  _hwu64_raw(tmp_path, "trainset", [("a", "alarm_set")] * 40)
+  with pytest.raises(sources.ConversionError, match="no testset_"):
+    sources.convert_hwu64(tmp_path, tmp_path)
+  _hwu64_raw(tmp_path, "testset", [("b", "alarm_query")])
+  with pytest.raises(sources.ConversionError, match="differ: alarm_query.csv, alarm_set.csv"):
+    sources.convert_hwu64(tmp_path, tmp_path)
+  (tmp_path / "testset_alarm_query.csv").unlink()
+  _write(tmp_path / "testset_alarm_set.csv", "answerid,scenario,intent,answer_from_anno\n1,a,b,c\n")
+  with pytest.raises(sources.ConversionError, match=r"testset_alarm_set\.csv: .*missing "
+                                                    r"answer_from_anno, scenario, intent"):
+    sources.convert_hwu64(tmp_path, tmp_path)
+  _write(tmp_path / "testset_alarm_set.csv",
+         "answerid;scenario;intent;answer_from_anno\n1;alarm;set;x;extra\n")
+  with pytest.raises(sources.ConversionError, match=r"record 2: 5 fields, expected 4"):
+    sources.convert_hwu64(tmp_path, tmp_path)
 
 
 _CLINC_RAW = {
@@ -388,10 +454,59 @@ def test_offline_lists_what_was_tried(upstream, monkeypatch, tmp_path, var):
   assert intent.dataset_dir("clinc150", cache_dir=cache).is_dir()
 
 
-def test_hwu64_has_no_upstream_download(tmp_path, monkeypatch):
+def test_hwu64_upstream_pipeline_concatenates_sorted_files(tmp_path, monkeypatch):
+  """hwu64's upstream table pointed at a tiny file:// tree (3 intents per split)."""
+  import csv  # pylint: disable=import-outside-toplevel
+  for var in intent.OFFLINE_ENV_VARS:
+    monkeypatch.delenv(var, raising=False)
   monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
-  with pytest.raises(FileNotFoundError, match="hwu64 has no upstream download"):
-    intent.dataset_dir("hwu64", cache_dir=tmp_path / "cache")
+  remote = tmp_path / "remote"
+  for split, folder in (("trainset", "trainset"), ("testset", "testset/csv")):
+    (remote / folder).mkdir(parents=True)
+    n = 40 if split == "trainset" else 3
+    # Written out of order; upstream quotes every text field.
+    rows = [(f"{l.replace('_', ' ')}  {split}\t{i} ", l) for l in ("weather_query", "alarm_set",
+                                                                  "iot_hue_lightup")
+            for i in range(n)]
+    _hwu64_raw(remote / folder, split, rows, quoting=csv.QUOTE_NONNUMERIC)
+    for p in (remote / folder).iterdir():
+      p.rename(p.with_name(p.name[len(split) + 1:]))  # upstream names: <intent>.csv
+  base = remote.as_uri() + "/"
+  urls = {k: v for k, v in sources.hwu64_urls().items()
+          if k.split("_", 1)[1] in ("weather_query.csv", "alarm_set.csv", "iot_hue_lightup.csv")}
+  prefix = sources.hwu64_urls()["trainset_alarm_set.csv"].rsplit("trainset/", 1)[0]
+  urls = {k: v.replace(prefix, base) for k, v in urls.items()}
+  assert len(urls) == 6 and all(u.startswith("file://") for u in urls.values())
+  scratch = tmp_path / "scratch"
+  scratch.mkdir()
+  sources.convert_hwu64(_fetch_all(urls, tmp_path / "fetched"), scratch)
+  expected = {f: _sha(scratch / f) for f in sources.SOURCES["hwu64"].sha256}
+  monkeypatch.setitem(sources.SOURCES, "hwu64",
+                      sources.Source(urls, sources.convert_hwu64, expected))
+  data = intent.load_intent_data("hwu64", cache_dir=tmp_path / "cache",
+                                 train_split="train_minus_val")
+  folder = tmp_path / "cache" / "upstream" / "hwu64"
+  train_rows = _csv_rows(folder / "train.csv")[1:]
+  test_rows = _csv_rows(folder / "test.csv")[1:]
+  val_rows = _csv_rows(folder / "val.csv")[1:]
+  assert train_rows[0] == ["alarm set trainset 0", "alarm_set"]  # normalised, label joined
+  assert [r[1] for r in train_rows[::40]] == ["alarm_set", "iot_hue_lightup", "weather_query"]
+  assert [r[1] for r in test_rows] == ["alarm_set"] * 3 + ["iot_hue_lightup"] * 3 + ["weather_query"] * 3
+  assert len(val_rows) == 9 and all(r in train_rows for r in val_rows)  # r = 1: 3 per label
+  assert [r[1] for r in val_rows] == [r[1] for r in test_rows]  # test's label order
+  assert len(data.full_train) == 120 - len({tuple(r) for r in val_rows})
+  assert data.label_names == ("alarm_set", "iot_hue_lightup", "weather_query")
+  assert json.loads((folder / "labels.json").read_text()) == list(data.label_names)
+  assert set(json.loads((folder / "source.json").read_text())) == set(urls)
+
+
+def _fetch_all(urls, folder: Path) -> Path:
+  import urllib.request  # pylint: disable=import-outside-toplevel
+  folder.mkdir()
+  for name, url in urls.items():
+    with urllib.request.urlopen(url) as r:
+      (folder / name).write_bytes(r.read())
+  return folder
 
 
 def test_banking77_upstream_pipeline_builds_the_val_split(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ is configured separately from the training subset.
 
 Built-in sets are found, in this order, under `data_dir/<name>/`, then in the
 copies vendored in the package (`convfit_jax/data/vendor/<name>/`, each with
-its licence), then (banking77, clinc150) in the download cache, downloaded once
+its licence), then in the download cache, downloaded once
 from their original public files when the network is allowed (neither
 CONVFIT_OFFLINE nor HF_HUB_OFFLINE set), converted to the vendored layout and
 checked against the vendored files' sha256 (see `sources.py`). A caller may
@@ -406,7 +406,7 @@ def dataset_dir(name: str, data_dir: str | os.PathLike | None = None,
   Looks in `data_dir/<name>/`, then the vendored copy. Then, with `urls`
   ({file name: (url, sha256)}), downloads every file of the set into
   `cache_dir/<name>/`; without, uses the set's upstream files (`download_builtin`:
-  banking77, clinc150) cached in `cache_dir/upstream/<name>/`, downloading them
+  banking77, clinc150, hwu64) cached in `cache_dir/upstream/<name>/`, downloading them
   unless CONVFIT_OFFLINE or HF_HUB_OFFLINE is set. `cache_dir` defaults to
   ~/.cache/convfit_jax.
 

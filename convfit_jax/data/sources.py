@@ -1,4 +1,4 @@
-"""Where banking77 and clinc150 come from upstream, and how to rebuild the vendored layout.
+"""Where banking77, clinc150 and hwu64 come from upstream, and how to rebuild the vendored layout.
 
 The third place `intent.dataset_dir` looks for a built-in set (after
 `data_dir/<name>/` and the copy vendored in the package) is its original public
@@ -11,7 +11,8 @@ of our vendored CSVs and labels.json (computed from `convfit_jax/data/vendor/`),
 not of the downloaded upstream bytes. The upstream bytes could not be established
 here: the only copies at hand are stored *text* (decoded, so line endings, BOM
 and the exact encoding are not guaranteed), banking77's `train.csv` and clinc150's
-`data_full.json` are not among them at all, and a hash must never be guessed.
+`data_full.json` are not among them at all, and a hash must never be guessed
+(hwu64's 128 files would need 128 upstream hashes, none of which is known).
 Checking the converted output is also the stronger guarantee for a user: the
 files the loaders read are byte for byte the vendored ones, whatever happened on
 the way (a changed upstream file, a different line ending, a converter bug), and
@@ -20,8 +21,6 @@ URLs with upstream sha256 b06e26ac...664b for banking_data/train.csv, d12d6e3b..
 for banking_data/test.csv and 36923c37...56e0 for data/data_full.json; those were
 not verified here and are not enforced.)
 
-hwu64 is vendored only: its source is 128 `;`-separated CSV files (KFold_1
-trainset and testset of xliuhw/NLU-Evaluation-Data); it has no entry here.
 
 Conversion (see /work/shared/data/README.md, reproduced exactly):
   * every text: each run of whitespace becomes one space, ends stripped; labels
@@ -32,6 +31,13 @@ Conversion (see /work/shared/data/README.md, reproduced exactly):
     `process_intent.py`, re-implemented in `dialoglue_val_split` on the raw rows);
   * clinc150: `data/data_full.json` keys train / val / test / oos_train / oos_val /
     oos_test, each a list of [text, label], -> one CSV per key;
+  * hwu64: xliuhw/NLU-Evaluation-Data, `CrossValidation/autoGeneFromRealAnno/
+    autoGene_2018_03_22-13_01_25_169/CrossValidation/KFold_1/trainset/<intent>.csv`
+    and `.../KFold_1/testset/csv/<intent>.csv` (64 files each, `;`-separated, with a
+    header; text = `answer_from_anno`, label = `scenario` + `_` + `intent`), each
+    split's files concatenated in sorted file-name order (= sorted label order),
+    rows in file order; val / train_minus_val as for banking77 with r = 1. They are
+    downloaded as `trainset_<intent>.csv` / `testset_<intent>.csv` (one flat folder);
   * CSVs are written with the csv module (minimal quoting, '\\n' line ends, UTF-8);
     `labels.json` is the sorted training labels (clinc150's without `oos`),
     `json.dumps(indent=1)` plus a newline.
@@ -51,6 +57,7 @@ import numpy as np
 
 BANKING77_COMMIT = "57ec275d8078af65b7731c2a98be812d844a6d6b"
 CLINC150_COMMIT = "828f8093932c8fe6ca7936c3d2e52903b1c523de"
+HWU64_COMMIT = "f6071b496b17d71e6eb43f543af0707f4ff30557"
 _RAW = "https://raw.githubusercontent.com"
 
 
@@ -193,6 +200,89 @@ def convert_clinc150(raw: Path, out: Path) -> None:
   write_labels(out / "labels.json", (item[1].strip() for item in data["train"]))
 
 
+_HWU64_DIR = ("CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/"
+              "CrossValidation/KFold_1")
+# The 64 `<scenario>_<intent>` file names of each KFold_1 split (listed from the
+# repository at the commit above; trainset and testset hold the same names).
+HWU64_INTENTS = (
+  "alarm_query", "alarm_remove", "alarm_set", "audio_volume_down", "audio_volume_mute",
+  "audio_volume_up", "calendar_query", "calendar_remove", "calendar_set", "cooking_recipe",
+  "datetime_convert", "datetime_query", "email_addcontact", "email_query",
+  "email_querycontact", "email_sendemail", "general_affirm", "general_commandstop",
+  "general_confirm", "general_dontcare", "general_explain", "general_joke", "general_negate",
+  "general_praise", "general_quirky", "general_repeat", "iot_cleaning", "iot_coffee",
+  "iot_hue_lightchange", "iot_hue_lightdim", "iot_hue_lightoff", "iot_hue_lighton",
+  "iot_hue_lightup", "iot_wemo_off", "iot_wemo_on", "lists_createoradd", "lists_query",
+  "lists_remove", "music_likeness", "music_query", "music_settings", "news_query",
+  "play_audiobook", "play_game", "play_music", "play_podcasts", "play_radio", "qa_currency",
+  "qa_definition", "qa_factoid", "qa_maths", "qa_stock", "recommendation_events",
+  "recommendation_locations", "recommendation_movies", "social_post", "social_query",
+  "takeaway_order", "takeaway_query", "transport_query", "transport_taxi",
+  "transport_ticket", "transport_traffic", "weather_query",
+)
+# Downloaded file name prefix -> folder of that split under _HWU64_DIR.
+_HWU64_SPLITS = {"trainset": "trainset", "testset": "testset/csv"}
+_HWU64_COLUMNS = ("answer_from_anno", "scenario", "intent")
+
+
+def hwu64_urls(commit: str = HWU64_COMMIT) -> dict[str, str]:
+  """{`trainset_<intent>.csv` / `testset_<intent>.csv`: raw URL} for the 128 files."""
+  return {f"{prefix}_{intent}.csv":
+          f"{_RAW}/xliuhw/NLU-Evaluation-Data/{commit}/{_HWU64_DIR}/{folder}/{intent}.csv"
+          for prefix, folder in _HWU64_SPLITS.items() for intent in HWU64_INTENTS}
+
+
+def _read_hwu64_file(path: Path) -> list[tuple[str, str]]:
+  """(raw text, label) rows of one `;`-separated NLU-Evaluation-Data CSV, in file order."""
+  try:
+    text = path.read_bytes().decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise ConversionError(f"{path}: not UTF-8 (byte {e.start})") from None
+  records = list(csv.reader(io.StringIO(text, newline=""), delimiter=";"))
+  header = [h.strip() for h in records[0]] if records else []
+  missing = [c for c in _HWU64_COLUMNS if c not in header]
+  if missing:
+    raise ConversionError(f"{path}: expected a ';'-separated header with "
+                          f"{', '.join(_HWU64_COLUMNS)}; missing {', '.join(missing)} "
+                          f"(got {';'.join(header) if header else 'an empty file'})")
+  cols = [header.index(c) for c in _HWU64_COLUMNS]
+  rows = []
+  for lineno, rec in enumerate(records[1:], start=2):
+    if not rec:
+      continue
+    if len(rec) != len(header):
+      raise ConversionError(f"{path}: record {lineno}: {len(rec)} fields, expected {len(header)}")
+    text, scenario, intent = (rec[i] for i in cols)
+    rows.append((text, f"{scenario.strip()}_{intent.strip()}"))
+  return rows
+
+
+def convert_hwu64(raw: Path, out: Path) -> None:
+  """{trainset,testset}_<intent>.csv (`;`-separated) -> train/test/val/train_minus_val.csv
+  and labels.json.
+
+  Each split is its files concatenated in sorted file-name order; the two splits
+  must hold the same file names.
+  """
+  names = {}
+  for prefix in _HWU64_SPLITS:
+    names[prefix] = sorted(p.name[len(prefix) + 1:] for p in raw.glob(f"{prefix}_*.csv"))
+    if not names[prefix]:
+      raise ConversionError(f"{raw}: no {prefix}_*.csv files")
+  if names["trainset"] != names["testset"]:
+    diff = sorted(set(names["trainset"]) ^ set(names["testset"]))
+    raise ConversionError(f"{raw}: trainset and testset files differ: {', '.join(diff)}")
+  train, test = ([row for n in names[prefix] for row in _read_hwu64_file(raw / f"{prefix}_{n}")]
+                 for prefix in ("trainset", "testset"))
+  val, rest = dialoglue_val_split(train, test, val_test_ratio=1)
+  norm = lambda row: (normalise(row[0]), row[1])
+  write_csv(out / "train.csv", [norm(r) for r in train])
+  write_csv(out / "test.csv", [norm(r) for r in test])
+  write_csv(out / "val.csv", [norm(train[i]) for i in val])
+  write_csv(out / "train_minus_val.csv", [norm(train[i]) for i in rest])
+  write_labels(out / "labels.json", (r[1] for r in train))
+
+
 SOURCES: dict[str, Source] = {
   "banking77": Source(
     urls={f: f"{_RAW}/PolyAI-LDN/task-specific-datasets/{BANKING77_COMMIT}/banking_data/{f}"
@@ -218,5 +308,16 @@ SOURCES: dict[str, Source] = {
       "oos_val.csv": "f14b2b7975770da4c82e55a62b88204447bef97450dcde08b49fb59cd0256acd",
       "oos_test.csv": "db1e6b5f1f87481c24c75b35f843b03ea098dd95a205784cf96cf3098dfa0b68",
       "labels.json": "3c6738c32f566aa8c9131e1ea27f4c6424ff73d0c15497127d993cfc4dfa80de",
+    }),
+  "hwu64": Source(
+    urls=hwu64_urls(),
+    convert=convert_hwu64,
+    # sha256 of convfit_jax/data/vendor/hwu64/*, i.e. of the converted files.
+    sha256={
+      "train.csv": "7025548e6416f271cde66249666d611c0fc7c04f6ce05780c8e952001f8dedbd",
+      "test.csv": "809b9c3fcf088dcfdae38c1f1a430940f203e5df6d6402283a8256a0cbaeb061",
+      "val.csv": "d62fa27995b629f38bdb41d8b0ff6b21b26ab90288968af3565d1ef37877101d",
+      "train_minus_val.csv": "20363a1700be98c3f4610552219f9a2268ce35a3fe5a995157d8ae7081bbf25b",
+      "labels.json": "eff046d39f6ff4bbcf02689f42653380f9bf313bc0236b24f88a25ab15fd9554",
     }),
 }
