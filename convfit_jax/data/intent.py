@@ -429,21 +429,17 @@ def dataset_dir(name: str, data_dir: str | os.PathLike | None = None,
         fetch_file(*urls[f], cache)
     return cache
   tried = [f"{folder} (no files)" for folder in candidates]
-  source = sources.SOURCES.get(name)
-  if source is None:
-    raise FileNotFoundError(
-      f"{name}: not found; tried {'; '.join(tried)}. {name} has no upstream download "
-      f"(vendored only): put its files in data_dir/{name}/ or pass urls=")
   cache = upstream_cache_folder(name, cache_dir)
   if cache.exists():
     return download_builtin(name, cache_dir)  # checks the cached files, downloads nothing
   tried.append(f"{cache} (not downloaded yet)")
   reason = offline_reason()
   if reason:
+    upstream = list(sources.SOURCES[name].urls.values())
     raise FileNotFoundError(
-      f"{name}: not found; tried {'; '.join(tried)}; not downloading "
-      f"{', '.join(source.urls.values())} because {reason}. Unset it to download once, "
-      f"or put the set's files in data_dir/{name}/")
+      f"{name}: not found; tried {'; '.join(tried)}; not downloading its {len(upstream)} "
+      f"upstream file(s) (first: {upstream[0]}) because {reason}. "
+      f"Unset it to download once, or put the set's files in data_dir/{name}/")
   return download_builtin(name, cache_dir)
 
 
