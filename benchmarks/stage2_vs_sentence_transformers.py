@@ -146,7 +146,7 @@ def main(argv=None) -> dict:
   host_batches = batching.prefetch(batching.pair_batches(
       table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
       num_steps=n_steps))
-  to_device = lambda b: sharding.global_batch({k: getattr(b, k) for k in stage2.BATCH_KEYS}, mesh)
+  to_device = functools.partial(stage2.device_batch, mesh=mesh, max_length=config.model.max_length)
   step_fn = jax.jit(functools.partial(stage2.train_step, loss=t.loss, margin=t.margin),
                     donate_argnums=0)
 
@@ -189,14 +189,19 @@ def main(argv=None) -> dict:
 
   # ---------------------------------------------------------------- before
   results = {"ours": {}, "theirs": {}}
-  tic = time.perf_counter()
-  our_pool, our_test = our_embed(state, pool.texts), our_embed(state, test.texts)
-  results["ours"]["acc_before"] = knn1_accuracy(our_test, our_pool, pool.labels, test.labels)
-  results["ours"]["eval_seconds_before"] = time.perf_counter() - tic
-  tic = time.perf_counter()
-  their_pool, their_test = their_embed(pool.texts), their_embed(test.texts)
-  results["theirs"]["acc_before"] = knn1_accuracy(their_test, their_pool, pool.labels, test.labels)
-  results["theirs"]["eval_seconds_before"] = time.perf_counter() - tic
+
+  def evaluate(when: str) -> tuple[np.ndarray, np.ndarray]:
+    """1-NN accuracy of both systems now, into results; returns both test encodings."""
+    encoded = {}
+    for name, embed in (("ours", lambda texts: our_embed(state, texts)), ("theirs", their_embed)):
+      tic = time.perf_counter()
+      pool_x, test_x = embed(pool.texts), embed(test.texts)
+      results[name][f"acc_{when}"] = knn1_accuracy(test_x, pool_x, pool.labels, test.labels)
+      results[name][f"eval_seconds_{when}"] = time.perf_counter() - tic
+      encoded[name] = test_x
+    return encoded["ours"], encoded["theirs"]
+
+  our_test, their_test = evaluate("before")
   init_diff = float(np.abs(our_test - their_test).max())
   print(f"before: ours {results['ours']['acc_before']:.4f}, theirs {results['theirs']['acc_before']:.4f}; "
         f"max |ours - theirs| of the initial test encodings {init_diff:.2e}", flush=True)
@@ -283,14 +288,7 @@ def main(argv=None) -> dict:
     r["loss_last_block"] = float(np.mean(losses_[-args.block:]))
 
   # ---------------------------------------------------------------- after
-  tic = time.perf_counter()
-  our_pool, our_test = our_embed(state, pool.texts), our_embed(state, test.texts)
-  results["ours"]["acc_after"] = knn1_accuracy(our_test, our_pool, pool.labels, test.labels)
-  results["ours"]["eval_seconds_after"] = time.perf_counter() - tic
-  tic = time.perf_counter()
-  their_pool, their_test = their_embed(pool.texts), their_embed(test.texts)
-  results["theirs"]["acc_after"] = knn1_accuracy(their_test, their_pool, pool.labels, test.labels)
-  results["theirs"]["eval_seconds_after"] = time.perf_counter() - tic
+  evaluate("after")
   loads.append(os.getloadavg())
 
   o, th = results["ours"], results["theirs"]

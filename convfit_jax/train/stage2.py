@@ -82,6 +82,15 @@ def train_step(state: state_lib.TrainState, batch: Mapping[str, jax.Array], *, l
   return state.apply_gradients(grads), {"loss": value, "grad_norm": optax.tree.norm(grads)}
 
 
+def device_batch(host_batch: batching.PairBatch, mesh, max_length: int) -> dict[str, jax.Array]:
+  """A host `PairBatch` as the global arrays `train_step` takes; on one process the
+  padding columns are cut to a bucket width first (`batching.trim_padding`)."""
+  local = {k: getattr(host_batch, k) for k in BATCH_KEYS}
+  if jax.process_count() == 1:
+    local = batching.trim_padding(local, ("attention_mask",), max_length)
+  return sharding.global_batch(local, mesh)
+
+
 def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_config) -> dict[str, float]:
   """Rough training memory in MiB: float32 parameters, gradients and two AdamW moments,
   plus activations of the [2B, L] sentence batch kept for the backward pass."""
@@ -173,13 +182,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   host_batches = batching.prefetch(batching.pair_batches(
       table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
       start_step=start, num_steps=total_steps - start))
-
-  def to_device(host_batch):
-    local = {k: getattr(host_batch, k) for k in BATCH_KEYS}
-    if jax.process_count() == 1:
-      local = batching.trim_padding(local, ("attention_mask",), config.model.max_length)
-    return sharding.global_batch(local, mesh)
-
+  to_device = functools.partial(device_batch, mesh=mesh, max_length=config.model.max_length)
   step_fn = jax.jit(functools.partial(train_step, loss=t.loss, margin=t.margin),
                     donate_argnums=0)
   state, seconds = loop.fit(
