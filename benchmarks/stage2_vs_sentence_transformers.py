@@ -138,11 +138,7 @@ def main(argv=None) -> dict:
   pairs_per_step = np.array([len(o[2]) for o in order])
 
   mesh = sharding.make_mesh(config.mesh.model_parallel)
-  tx, schedule = state_lib.make_optimizer(
-      learning_rate=t.learning_rate, total_steps=n_steps, warmup_fraction=t.warmup_fraction,
-      weight_decay=t.weight_decay, clip_norm=t.clip_norm)
-  state = state_lib.place(state_lib.TrainState.create(model, tx, seed=config.seed),
-                          sharding.replicated(mesh))
+  state, schedule = stage2.init_state(config, model, n_steps, mesh)
   host_batches = batching.prefetch(batching.pair_batches(
       table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
       num_steps=n_steps))

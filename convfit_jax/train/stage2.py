@@ -91,6 +91,18 @@ def device_batch(host_batch: batching.PairBatch, mesh, max_length: int) -> dict[
   return sharding.global_batch(local, mesh)
 
 
+def init_state(config: ml_collections.ConfigDict, model: PairModel, total_steps: int,
+               mesh) -> tuple[state_lib.TrainState, optax.Schedule]:
+  """The train state (AdamW as `config.train` says, replicated over `mesh`) and its schedule."""
+  t = config.train
+  tx, schedule = state_lib.make_optimizer(
+      learning_rate=t.learning_rate, total_steps=total_steps, warmup_fraction=t.warmup_fraction,
+      weight_decay=t.weight_decay, clip_norm=t.clip_norm)
+  state = state_lib.place(state_lib.TrainState.create(model, tx, seed=config.seed),
+                          sharding.replicated(mesh))
+  return state, schedule
+
+
 def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_config) -> dict[str, float]:
   """Rough training memory in MiB: float32 parameters, gradients and two AdamW moments,
   plus activations of the [2B, L] sentence batch kept for the backward pass."""
@@ -146,11 +158,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return metrics
 
   mesh = sharding.make_mesh(config.mesh.model_parallel)
-  tx, schedule = state_lib.make_optimizer(
-      learning_rate=t.learning_rate, total_steps=total_steps, warmup_fraction=t.warmup_fraction,
-      weight_decay=t.weight_decay, clip_norm=t.clip_norm)
-  state = state_lib.place(state_lib.TrainState.create(model, tx, seed=config.seed),
-                          sharding.replicated(mesh))
+  state, schedule = init_state(config, model, total_steps, mesh)
   ckpt = state_lib.Checkpointer(workdir.checkpoint_dir, save_every=t.checkpoint_every,
                                 keep=t.keep_checkpoints)
   state = ckpt.restore_or_init(state)
