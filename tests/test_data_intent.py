@@ -368,15 +368,21 @@ _CLINC_CONVERTED = {
 }
 
 
-@pytest.fixture
-def upstream(tmp_path, monkeypatch):
-  """clinc150's upstream table pointed at a tiny file:// data_full.json, vendored copy hidden."""
-  import json  # pylint: disable=import-outside-toplevel
+def _online_without_vendor(tmp_path, monkeypatch):
+  """Downloads allowed, the vendored copies hidden; returns an empty folder for the 'remote' files."""
   for var in intent.OFFLINE_ENV_VARS:
     monkeypatch.delenv(var, raising=False)
   monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
   remote = tmp_path / "remote"
   remote.mkdir()
+  return remote
+
+
+@pytest.fixture
+def upstream(tmp_path, monkeypatch):
+  """clinc150's upstream table pointed at a tiny file:// data_full.json, vendored copy hidden."""
+  import json  # pylint: disable=import-outside-toplevel
+  remote = _online_without_vendor(tmp_path, monkeypatch)
   raw = _write(remote / "data_full.json", json.dumps(_CLINC_RAW))
   expected = {f: hashlib.sha256(text.encode()).hexdigest() for f, text in _CLINC_CONVERTED.items()}
   source = sources.Source({"data_full.json": raw.as_uri()}, sources.convert_clinc150, expected)
@@ -457,10 +463,7 @@ def test_offline_lists_what_was_tried(upstream, monkeypatch, tmp_path, var):
 def test_hwu64_upstream_pipeline_concatenates_sorted_files(tmp_path, monkeypatch):
   """hwu64's upstream table pointed at a tiny file:// tree (3 intents per split)."""
   import csv  # pylint: disable=import-outside-toplevel
-  for var in intent.OFFLINE_ENV_VARS:
-    monkeypatch.delenv(var, raising=False)
-  monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
-  remote = tmp_path / "remote"
+  remote = _online_without_vendor(tmp_path, monkeypatch)
   for split, folder in (("trainset", "trainset"), ("testset", "testset/csv")):
     (remote / folder).mkdir(parents=True)
     n = 40 if split == "trainset" else 3
@@ -510,11 +513,7 @@ def _fetch_all(urls, folder: Path) -> Path:
 
 
 def test_banking77_upstream_pipeline_builds_the_val_split(tmp_path, monkeypatch):
-  for var in intent.OFFLINE_ENV_VARS:
-    monkeypatch.delenv(var, raising=False)
-  monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
-  remote = tmp_path / "remote"
-  remote.mkdir()
+  remote = _online_without_vendor(tmp_path, monkeypatch)
   train = "text,category\n" + "".join(f"{l} question  {i},{l}\n" for l in ("fee", "card")
                                       for i in range(40))
   test = "text,category\n" + "".join(f"{l} test {i},{l}\n" for l in ("card", "fee") for i in range(6))

@@ -15,7 +15,7 @@ from convfit_jax.train import state as state_lib
 def fit(state: state_lib.TrainState, step_fn: Callable, batches: Iterator[Any], *,
         total_steps: int, pairs_per_step: int, schedule: optax.Schedule,
         workdir: state_lib.Workdir, checkpointer: state_lib.Checkpointer, log_every: int,
-        to_device: Callable[[Any], Any] = lambda b: b,
+        to_device: Callable[[Any], Any],
         batch_rows: Callable[[Any], np.ndarray] | None = None,
         eval_every: int = 0, evaluate: Callable[[state_lib.TrainState, int], Any] | None = None,
         ) -> tuple[state_lib.TrainState, float]:

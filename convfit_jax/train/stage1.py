@@ -382,11 +382,6 @@ def trim_batch(local: Mapping[str, np.ndarray], max_length: int) -> dict[str, np
   return out
 
 
-def _host_params(state: state_lib.TrainState):
-  """This state's parameters on this process's default device (a pure dict)."""
-  return jax.device_put(jax.device_get(state.params), jax.local_devices()[0])
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Runs Stage 1 as `config` says; returns the final metrics (also in metrics.json).
 
@@ -425,14 +420,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if config.eval.file:
     cases = subsample(read_response_selection(resolve_path(config.eval.file)),
                       config.eval.num_cases, config.seed)
-    selection = ResponseSelection(state.model(_host_params(state)), tokenizer, cases,
+    selection = ResponseSelection(state.model(state.host_params()), tokenizer, cases,
                                   max_length=config.model.max_length,
                                   batch_size=config.eval.batch_size)
 
   def evaluate(state_: state_lib.TrainState, suffix: str, step: int) -> dict[str, float]:
     if selection is None:
       return {}
-    m = selection(_host_params(state_))
+    m = selection(state_.host_params())
     logging.info("response selection %s (step %d): %s", suffix or "after", step, m)
     workdir.write_scalars(step, {f"eval/{k}": v for k, v in m.items()})
     return {f"{k}{suffix}": v for k, v in m.items()}
@@ -467,7 +462,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
   metrics = workdir.update_metrics({**evaluate(state, "", total_steps), "steps": total_steps,
                                     "train_seconds": train_seconds})
-  encoder = Encoder(state.model(_host_params(state)).context, tokenizer, max_length=config.model.max_length,
+  encoder = Encoder(state.model(state.host_params()).context, tokenizer, max_length=config.model.max_length,
                     hf_config=hf_config)
   if state_lib.is_main_process():
     encoder.save_pretrained(workdir.path / "model")

@@ -175,8 +175,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   plot_title = f"{data.name} test, {config.data.shots or 'full'}-shot"
 
   def encoder_of(state_) -> Encoder:
-    params = jax.device_put(jax.device_get(state_.params), jax.local_devices()[0])
-    return Encoder(state_.model(params).encoder, tokenizer, max_length=config.model.max_length,
+    return Encoder(state_.model(state_.host_params()).encoder, tokenizer, max_length=config.model.max_length,
                    normalize=normalize, hf_config=hf_config)
 
   if e.before and "knn_accuracy_before" not in metrics:

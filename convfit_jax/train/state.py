@@ -129,6 +129,11 @@ class TrainState:
     """The NNX module with `params` (default: this state's)."""
     return nnx.merge(self.graphdef, self.params if params is None else params)
 
+  def host_params(self) -> PyTree:
+    """The parameters on this process's first local device: for evaluating and exporting
+    outside the sharded step."""
+    return jax.device_put(jax.device_get(self.params), jax.local_devices()[0])
+
   def step_key(self) -> jax.Array:
     """A PRNG key unique to this step (dropout); the same on every process."""
     return jax.random.fold_in(self.rng, self.step)
