@@ -128,21 +128,24 @@ def main(argv=None) -> dict:
   init_bias = np.asarray(model.encoder.projection.dense.bias[...])
   table = batching.SentenceTable.from_texts(tokenizer, train_texts, config.model.max_length)
 
+  mesh = sharding.make_mesh(config.mesh.model_parallel)
+  rows = stage2.pack_rows(config, table, pairs, n_steps, mesh)
   # The per-step order, once: the (u, v, label) triples of each batch, from our batching.
   order = []
-  for b in batching.pair_batches(table, pairs, loss=t.loss, batch_size=t.batch_size,
+  for b in batching.pair_batches(table, pairs, loss=t.loss, rows=rows, batch_size=t.batch_size,
                                  seed=config.data.seed, num_steps=n_steps):
     real = b.weights > 0
     order.append((b.sentence_ids[b.u_idx[real]], b.sentence_ids[b.v_idx[real]],
                   b.targets[real].astype(np.float32)))
   pairs_per_step = np.array([len(o[2]) for o in order])
+  print(f"ours: each batch's distinct sentences packed into {rows} rows of {table.width} tokens",
+        flush=True)
 
-  mesh = sharding.make_mesh(config.mesh.model_parallel)
   state, schedule = stage2.init_state(config, model, n_steps, mesh)
   host_batches = batching.prefetch(batching.pair_batches(
-      table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
+      table, pairs, loss=t.loss, rows=rows, batch_size=t.batch_size, seed=config.data.seed,
       num_steps=n_steps))
-  to_device = functools.partial(stage2.device_batch, mesh=mesh, max_length=config.model.max_length)
+  to_device = functools.partial(stage2.device_batch, mesh=mesh)
   step_fn = jax.jit(functools.partial(stage2.train_step, loss=t.loss, margin=t.margin),
                     donate_argnums=0)
 

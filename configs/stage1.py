@@ -68,6 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.batch_size = 128
 
   c.mesh = ml_collections.ConfigDict()
+  # N > 1: parameters and AdamW state sharded N ways over the mesh `model` axis (FSDP).
   c.mesh.model_parallel = 1
 
   c.distributed = ml_collections.ConfigDict()

@@ -54,6 +54,7 @@ def get_config(arg=None):
   c.eval.before = True  # also evaluate the encoder before training (knn_accuracy_before)
 
   c.mesh = ml_collections.ConfigDict()
+  # N > 1: parameters and AdamW state sharded N ways over the mesh `model` axis (FSDP).
   c.mesh.model_parallel = 1
 
   if args.get("runlocal") == "True":

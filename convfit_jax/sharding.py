@@ -1,15 +1,17 @@
 """Device mesh and the shardings of parameters and batches.
 
 One mesh for everything: axis `data` splits batches (and k-NN pools), axis `model`
-is there for fully sharded parameters of large encoders (size 1 by default).
+shards parameters and optimiser state FSDP-style (`param_shardings`; size 1, i.e.
+replicated, by default).
 Multi-host runs use the same code: the mesh spans every process's devices once
 `jax.distributed.initialize()` has run.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -43,6 +45,43 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+# Arrays below this many elements stay replicated: sharding a bias or a LayerNorm
+# scale saves nothing worth an all-gather per use.
+MIN_SHARDED_SIZE = 2**14
+
+
+def param_shardings(tree: Any, mesh: Mesh, min_size: int = MIN_SHARDED_SIZE) -> Any:
+  """FSDP (ZeRO-3) shardings over the `model` axis for a pytree of arrays.
+
+  Each array of at least `min_size` elements is split over `model` along its largest
+  dimension that the axis size divides (the first such on ties); smaller arrays, those
+  no dimension of which divides, and all arrays when the axis has size 1 are
+  replicated. Every array is replicated over `data`. Under `jax.jit` with the mesh's
+  Auto axes, XLA all-gathers each weight where a layer uses it and reduce-scatters
+  its gradient, so a device holds 1/N of the parameters and AdamW moments.
+
+  Args:
+    tree: arrays (or anything with `.shape`: tracers, ShapeDtypeStructs), e.g. a
+      whole `TrainState`; only shapes are read, so it works inside `jax.jit` too.
+    mesh: a mesh from `make_mesh`.
+    min_size: arrays with fewer elements stay replicated.
+
+  Returns:
+    The same structure with a `NamedSharding` in place of each array.
+  """
+  n = mesh.shape[MODEL]
+
+  def one(x) -> NamedSharding:
+    shape = np.shape(x)
+    if n > 1 and math.prod(shape) >= min_size:
+      for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+        if shape[dim] % n == 0:
+          return NamedSharding(mesh, P(*(MODEL if d == dim else None for d in range(len(shape)))))
+    return replicated(mesh)
+
+  return jax.tree.map(one, tree)
 
 
 def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

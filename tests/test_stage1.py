@@ -1,27 +1,20 @@
 """Tests of convfit_jax.train.stage1: global negatives across shards and hosts, grad cache, loop.
 
-Also runnable as the worker of the multi-host test:
-  python tests/test_stage1.py worker PROCESS_ID PORT OUT.npz
+Also the workers' script of the multi-host test (see tests/multihost.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
-
-if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-  # Before jax is imported: this process is one host with 4 CPU devices.
-  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import multihost
 from convfit_jax import sharding
 from convfit_jax.losses import mneg_loss
 from convfit_jax.models.sentence import SentenceEncoder
@@ -270,11 +263,8 @@ def _worker_batch_and_params():
 MULTI_CFG = dict(dropout=True, data_shards=8)
 
 
-def _worker(process_id: int, port: int, out: str) -> None:
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                             process_id=process_id)
-  assert jax.device_count() == 8 and jax.local_device_count() == 4
+def _worker(process_id: int, out_dir: str) -> None:
+  """One of 2 processes: writes this process's copy of the loss and gradients to p{process_id}.npz."""
   graphdef, params, batch, key = _worker_batch_and_params()
   mesh = sharding.make_mesh()
   rows = slice(process_id * B // 2, (process_id + 1) * B // 2)
@@ -286,14 +276,7 @@ def _worker(process_id: int, port: int, out: str) -> None:
   loss, grads = _sharded_loss_and_grads(graphdef, params, global_batch, key,
                                         stage1.LossConfig(**MULTI_CFG), mesh)
   flat = {f"g{i}": np.asarray(x.addressable_data(0)) for i, x in enumerate(jax.tree.leaves(grads))}
-  np.savez(out, loss=np.asarray(loss.addressable_data(0)), **flat)
-  jax.distributed.shutdown()
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+  np.savez(Path(out_dir) / f"p{process_id}.npz", loss=np.asarray(loss.addressable_data(0)), **flat)
 
 
 def test_two_processes_match_one_process_with_eight_devices(tmp_path):
@@ -301,15 +284,7 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path):
   mesh = sharding.make_mesh()
   loss, grads = _sharded_loss_and_grads(graphdef, params, batch, key,
                                         stage1.LossConfig(**MULTI_CFG), mesh)
-  port = _free_port()
-  env = {**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-  procs = [subprocess.Popen([sys.executable, __file__, "worker", str(i), str(port),
-                             str(tmp_path / f"p{i}.npz")], env=env, cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for i in range(2)]
-  logs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
-  for p, log in zip(procs, logs):
-    assert p.returncode == 0, log[-3000:]
+  multihost.launch(__file__, tmp_path)
   leaves = jax.tree.leaves(grads)
   for i in range(2):
     got = np.load(tmp_path / f"p{i}.npz")
@@ -319,4 +294,5 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-  _worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+  with multihost.distributed(int(sys.argv[2]), int(sys.argv[3])):
+    _worker(int(sys.argv[2]), sys.argv[4])

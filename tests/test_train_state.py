@@ -1,8 +1,14 @@
-"""Tests of convfit_jax.train.state: schedule, weight-decay mask, checkpoints, NaN stop, workdir."""
+"""Tests of convfit_jax.train.state: schedule, weight-decay mask, checkpoints, NaN stop, workdir.
+
+Also the workers' script of the multi-host checkpoint test (see tests/multihost.py).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +16,11 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+import multihost
+from convfit_jax import sharding
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.transformer import TransformerConfig
 from convfit_jax.train import state as state_lib
@@ -110,6 +120,103 @@ def test_empty_directory_keeps_the_initial_state(tmp_path):
   assert state_lib.Checkpointer(tmp_path / "none", save_every=1).restore_or_init(s) is s
 
 
+# --------------------------------------------------------------------------- multi-host checkpoints
+
+# 64 embedding rows: 8 per device of the 8-device `data` axis.
+MULTI = dataclasses.replace(TINY, vocab_size=64)
+MULTI_BATCH, MULTI_LEN = 8, 6
+
+
+def _multi_state(seed: int, mesh) -> state_lib.TrainState:
+  """A fresh TrainState on `mesh`: the word embeddings [64, 16] and their Adam moments split
+  by rows over `data` (a process holds only its devices' rows), all else replicated."""
+  tx, _ = state_lib.make_optimizer(learning_rate=1e-2, total_steps=4, warmup_fraction=0.0)
+  s = state_lib.TrainState.create(SentenceEncoder(MULTI, rngs=nnx.Rngs(seed)), tx, seed=seed)
+  shardings = jax.tree_util.tree_map_with_path(
+      lambda path, _: NamedSharding(
+          mesh, P(sharding.DATA) if "word_embeddings" in jax.tree_util.keystr(path) else P()),
+      s.arrays())
+  return s.replace(**jax.device_put(s.arrays(), shardings))
+
+
+def _multi_batch(process_id: int, num_processes: int, mesh) -> tuple[jax.Array, jax.Array]:
+  """This process's rows of a fixed [8, 6] batch of ids and mask, as global arrays over `data`."""
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1, MULTI.vocab_size, size=(MULTI_BATCH, MULTI_LEN)).astype(np.int32)
+  mask = (np.arange(MULTI_LEN)[None, :] < rng.integers(2, MULTI_LEN + 1, size=(MULTI_BATCH, 1)))
+  n = MULTI_BATCH // num_processes
+  rows = slice(process_id * n, (process_id + 1) * n)
+  b = sharding.global_batch({"ids": ids[rows], "mask": mask[rows].astype(np.int32)}, mesh)
+  return b["ids"], b["mask"]
+
+
+def _multi_train_step(state, ids, mask):
+  """One AdamW step on the mean squared sentence embedding: it touches every parameter."""
+  grads = jax.grad(lambda p: jnp.mean(state.model(p)(ids, mask) ** 2))(state.params)
+  return state.apply_gradients(grads)
+
+
+def _host_arrays(state: state_lib.TrainState) -> dict[str, np.ndarray]:
+  """Every checkpointed array, gathered whole onto this process, keyed by its tree path."""
+  gathered = multihost_utils.process_allgather(state.arrays(), tiled=True)
+  return {jax.tree_util.keystr(path): np.asarray(x)
+          for path, x in jax.tree_util.tree_flatten_with_path(gathered)[0]}
+
+
+def _embedding(state: state_lib.TrainState) -> jax.Array:
+  return state.params["transformer"]["embeddings"]["word_embeddings"]["embedding"]
+
+
+def _worker(process_id: int, mode: str, out_dir: str) -> None:
+  """One of 2 processes. "save": 2 train steps, a checkpoint after each; "restore": the
+  latest checkpoint into a differently initialised state. Writes the state it saved or
+  restored to {mode}{process_id}.npz."""
+  mesh = sharding.make_mesh()
+  fresh = _multi_state(seed=0 if mode == "save" else 1, mesh=mesh)
+  rows = sum(s.data.shape[0] for s in _embedding(fresh).addressable_shards)
+  assert rows == MULTI.vocab_size // 2, rows  # this process holds half the embedding rows
+  ckpt = state_lib.Checkpointer(Path(out_dir) / "ck", save_every=1)
+  if mode == "save":
+    state = fresh
+    step = jax.jit(_multi_train_step, out_shardings=jax.tree.map(lambda x: x.sharding, fresh))
+    ids, mask = _multi_batch(process_id, 2, mesh)
+    for _ in range(2):
+      state = step(state, ids, mask)
+      assert ckpt.save(state)
+  else:
+    state = ckpt.restore_or_init(fresh)
+    assert _embedding(state).sharding == _embedding(fresh).sharding
+  ckpt.close()
+  np.savez(Path(out_dir) / f"{mode}{process_id}.npz", **_host_arrays(state))
+
+
+def _assert_arrays_equal(got, want):
+  assert sorted(got) == sorted(want)
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_checkpoint_saved_and_restored_across_processes(tmp_path):
+  """2 processes x 4 devices save; 2 fresh processes restore it exactly, and so does this
+  process with 8 devices (a checkpoint does not depend on the topology that wrote it)."""
+  multihost.launch(__file__, "save", tmp_path)
+  saved = dict(np.load(tmp_path / "save0.npz"))
+  _assert_arrays_equal(dict(np.load(tmp_path / "save1.npz")), saved)
+  assert int(saved["['step']"]) == 2
+  assert state_lib.Checkpointer(tmp_path / "ck", save_every=1).all_steps() == [1, 2]
+
+  multihost.launch(__file__, "restore", tmp_path)
+  for i in range(2):
+    _assert_arrays_equal(dict(np.load(tmp_path / f"restore{i}.npz")), saved)
+
+  fresh = _multi_state(seed=1, mesh=sharding.make_mesh())
+  emb = "['params']['transformer']['embeddings']['word_embeddings']['embedding']"
+  assert not np.array_equal(np.asarray(_embedding(fresh)), saved[emb])  # restoring must overwrite
+  restored = state_lib.Checkpointer(tmp_path / "ck", save_every=1).restore_or_init(fresh)
+  _assert_arrays_equal(_host_arrays(restored), saved)
+  assert _embedding(restored).sharding == _embedding(fresh).sharding
+
+
 def test_non_finite_loss_names_step_and_batch():
   state_lib.check_finite(1.5, 3)
   with pytest.raises(state_lib.NonFiniteLossError, match=r"nan at step 7; batch indices \[4, 9\]"):
@@ -130,3 +237,8 @@ def test_workdir_files(tmp_path):
   wd.write_scalars(1, {"train/loss": 2.0})
   wd.close()
   assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+  with multihost.distributed(int(sys.argv[2]), int(sys.argv[3])):
+    _worker(int(sys.argv[2]), *sys.argv[4:])

@@ -4,9 +4,11 @@ Every batch of a run has the same shapes: a last partial batch is padded and
 its padding carries weight 0, so no example is dropped and nothing recompiles.
 
 Stage 2 sentences are tokenised once into a `SentenceTable`. A pair batch of B
-pairs carries the distinct sentences its pairs use as a padded [2B, L] slice of
-that table plus `u_idx`, `v_idx` into the slice, so the train step encodes each
-distinct sentence once and gathers the pair sides from the embeddings.
+pairs carries the distinct sentences its pairs use, packed several to a row
+(`data.packing`: no compute on padding) into a row count fixed for the run
+(`pair_batch_rows`), plus `u_idx`, `v_idx` into the list of those sentences, so the
+train step encodes each distinct sentence once and gathers the pair sides from the
+embeddings.
 
 Multi-host: every process builds the same global batch and keeps only its
 contiguous slice of the leading axis of every array (`process_index` of
@@ -28,6 +30,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
+from convfit_jax.data import packing
 from convfit_jax.data.conversations import Conversation
 from convfit_jax.data.pairs import Pairs
 from convfit_jax.tokenize import bucket, bucket_widths, tokenize
@@ -44,6 +47,15 @@ class SentenceTable:
   def __len__(self) -> int:
     return int(self.input_ids.shape[0])
 
+  @property
+  def width(self) -> int:
+    return int(self.input_ids.shape[1])
+
+  @property
+  def lengths(self) -> np.ndarray:
+    """[n] int64 real tokens per sentence."""
+    return self.attention_mask.sum(1)
+
   @classmethod
   def from_texts(cls, tokenizer, texts: Sequence[str], max_length: int = 48) -> SentenceTable:
     ids, mask = tokenize(tokenizer, texts, max_length)
@@ -53,14 +65,19 @@ class SentenceTable:
 class PairBatch(NamedTuple):
   """One Stage 2 batch (or one process's slice of it).
 
-  Global shapes for B pairs: input_ids, attention_mask [2B, L] int32 (distinct
-  sentences, padding rows repeat a used sentence); sentence_ids [2B] int32 (their
-  table rows); u_idx, v_idx [B] int32 rows of the global [2B] slice; targets [B]
-  float32; weights [B] float32 (0 for padding pairs). A process's slice holds
-  rows [p*2B/P, (p+1)*2B/P) of the first three and [p*B/P, (p+1)*B/P) of the rest.
+  Global shapes for B pairs whose distinct sentences are packed into R rows of the
+  table's width W (`data.packing`): input_ids, attention_mask (sentence numbers) and
+  position_ids [R, W] int32; slots [2B, 2] int32, (row, sentence number) of the
+  batch's distinct sentences, padding entries repeating a used one; sentence_ids [2B]
+  int32 (their table rows); u_idx, v_idx [B] int32 into those 2B sentences; targets
+  [B] float32; weights [B] float32 (0 for padding pairs). A process's slice holds rows
+  [p*R/P, (p+1)*R/P) of the packed arrays, [p*2B/P, (p+1)*2B/P) of slots and
+  sentence_ids, and [p*B/P, (p+1)*B/P) of the rest.
   """
   input_ids: np.ndarray
   attention_mask: np.ndarray
+  position_ids: np.ndarray
+  slots: np.ndarray
   sentence_ids: np.ndarray
   u_idx: np.ndarray
   v_idx: np.ndarray
@@ -103,20 +120,8 @@ def epoch_order(num_examples: int, seed: int, epoch: int) -> np.ndarray:
   return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(num_examples)
 
 
-def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
-                    targets: np.ndarray, batch_size: int, process_index: int = 0,
-                    process_count: int = 1) -> PairBatch:
-  """The batch of pairs `pair_ids` (at most batch_size), padded to batch_size.
-
-  Args:
-    table: the sentence table `pairs` indexes.
-    pairs: the Stage 2 pairs.
-    pair_ids: [k] int, k <= batch_size, which pairs.
-    targets: [len(pairs)] float32 targets of all pairs (`Pairs.targets(loss)`).
-    batch_size: B, pairs per global batch.
-    process_index, process_count: which slice of the global batch to return.
-  """
-  _check_divisible(batch_size, process_count)
+def _batch_sentences(pairs: Pairs, pair_ids: np.ndarray, batch_size: int):
+  """sentence_ids [2B] (distinct, padded with repeats), u_idx, v_idx [B] into them."""
   k = len(pair_ids)
   if not 0 < k <= batch_size:
     raise ValueError(f"need 1..{batch_size} pair ids, got {k}")
@@ -127,22 +132,85 @@ def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
   u_idx = np.zeros((batch_size,), np.int32)
   v_idx = np.zeros((batch_size,), np.int32)
   u_idx[:k], v_idx[:k] = inverse[:k], inverse[k:]
+  return sentence_ids, u_idx, v_idx
+
+
+def _own_rows(batch_size: int, process_index: int, process_count: int) -> slice:
+  """This process's share of the [2B] sentences."""
+  return slice(process_index * 2 * batch_size // process_count,
+               (process_index + 1) * 2 * batch_size // process_count)
+
+
+def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
+                    targets: np.ndarray, batch_size: int, rows: int, process_index: int = 0,
+                    process_count: int = 1) -> PairBatch:
+  """The batch of pairs `pair_ids` (at most batch_size), padded to batch_size.
+
+  Args:
+    table: the sentence table `pairs` indexes.
+    pairs: the Stage 2 pairs.
+    pair_ids: [k] int, k <= batch_size, which pairs.
+    targets: [len(pairs)] float32 targets of all pairs (`Pairs.targets(loss)`).
+    batch_size: B, pairs per global batch.
+    rows: packed rows per process (`pair_batch_rows`).
+    process_index, process_count: which slice of the global batch to return.
+  """
+  _check_divisible(batch_size, process_count)
+  k = len(pair_ids)
+  sentence_ids, u_idx, v_idx = _batch_sentences(pairs, pair_ids, batch_size)
   batch_targets = np.zeros((batch_size,), np.float32)
   batch_targets[:k] = targets[pair_ids]
   weights = np.zeros((batch_size,), np.float32)
   weights[:k] = 1.0
-  rows = slice(process_index * 2 * batch_size // process_count,
-               (process_index + 1) * 2 * batch_size // process_count)
   cols = slice(process_index * batch_size // process_count,
                (process_index + 1) * batch_size // process_count)
-  own = sentence_ids[rows]
-  return PairBatch(table.input_ids[own], table.attention_mask[own], own, u_idx[cols],
-                   v_idx[cols], batch_targets[cols], weights[cols])
+  own = sentence_ids[_own_rows(batch_size, process_index, process_count)]
+  distinct, inverse = np.unique(own, return_inverse=True)
+  packed = packing.pack(table.input_ids[distinct], table.attention_mask[distinct], rows,
+                        table.width, row_offset=process_index * rows)
+  return PairBatch(packed.input_ids, packed.segment_ids, packed.position_ids,
+                   packed.slots[inverse], own, u_idx[cols], v_idx[cols], batch_targets[cols],
+                   weights[cols])
 
 
-def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, batch_size: int = 32,
-                 seed: int = 0, start_step: int = 0, num_steps: int | None = None,
-                 process_index: int | None = None,
+def _pair_ids_by_step(num_pairs: int, batch_size: int, seed: int, start_step: int,
+                      num_steps: int | None) -> Iterator[np.ndarray]:
+  """The pair ids of steps start_step, start_step + 1, ...: batch s % steps_per_epoch of
+  epoch s // steps_per_epoch, each epoch in its own seeded order."""
+  per_epoch = steps_per_epoch(num_pairs, batch_size)
+  step = start_step
+  epoch, order = None, None
+  while num_steps is None or step < start_step + num_steps:
+    if step // per_epoch != epoch:
+      epoch = step // per_epoch
+      order = epoch_order(num_pairs, seed, epoch)
+    first = (step % per_epoch) * batch_size
+    yield order[first:first + batch_size]
+    step += 1
+
+
+def pair_batch_rows(table: SentenceTable, pairs: Pairs, *, batch_size: int, seed: int,
+                    num_steps: int, process_count: int = 1, multiple: int = 1) -> int:
+  """Packed rows per process that every batch of a run of `num_steps` steps fits in.
+
+  Exact (it packs every batch's sentences of every process), so a run compiles one
+  shape and a resumed run gets the same count. Rounded up to `multiple`: the
+  data-parallel devices of one process, which split its rows.
+  """
+  lengths = table.lengths
+
+  def length_sets():
+    for pair_ids in _pair_ids_by_step(len(pairs), batch_size, seed, 0, num_steps):
+      sentence_ids = _batch_sentences(pairs, pair_ids, batch_size)[0]
+      for p in range(process_count):
+        yield lengths[np.unique(sentence_ids[_own_rows(batch_size, p, process_count)])]
+
+  return packing.rows_for(length_sets(), table.width, multiple)
+
+
+def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, rows: int,
+                 batch_size: int = 32, seed: int = 0, start_step: int = 0,
+                 num_steps: int | None = None, process_index: int | None = None,
                  process_count: int | None = None) -> Iterator[PairBatch]:
   """Stage 2 batches, epoch after epoch, each epoch in its own seeded order.
 
@@ -153,6 +221,7 @@ def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, batch_size: i
     table: tokenised sentences, len(table) == pairs.num_sentences.
     pairs: the Stage 2 pairs.
     loss: 'smax' | 'ocl' | 'cl' | 'cos', chooses the targets.
+    rows: packed rows per process (`pair_batch_rows`).
     batch_size: B pairs per global batch.
     seed: shuffling seed.
     start_step: first global step to produce.
@@ -166,17 +235,9 @@ def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, batch_size: i
   if len(pairs) == 0:
     raise ValueError("no pairs")
   targets = pairs.targets(loss)
-  per_epoch = steps_per_epoch(len(pairs), batch_size)
-  step = start_step
-  epoch, order = None, None
-  while num_steps is None or step < start_step + num_steps:
-    if step // per_epoch != epoch:
-      epoch = step // per_epoch
-      order = epoch_order(len(pairs), seed, epoch)
-    first = (step % per_epoch) * batch_size
-    yield make_pair_batch(table, pairs, order[first:first + batch_size], targets, batch_size,
-                          process_index, process_count)
-    step += 1
+  for pair_ids in _pair_ids_by_step(len(pairs), batch_size, seed, start_step, num_steps):
+    yield make_pair_batch(table, pairs, pair_ids, targets, batch_size, rows, process_index,
+                          process_count)
 
 
 def _conversation_batch(chunk: Sequence[Conversation], tokenizer, batch_size: int,

@@ -11,33 +11,47 @@ from flax import nnx
 POOLING_MODES = ("mean", "cls")
 
 
-def mean_pool(hidden: jax.Array, mask: jax.Array) -> jax.Array:
-  """Masked mean over tokens, as sentence-transformers' mean pooling.
+def pool(hidden: jax.Array, mask: jax.Array, mode: str, slots: jax.Array | None = None) -> jax.Array:
+  """One vector per sentence: masked mean (sentence-transformers' mean pooling) or the
+  sentence's first token ("cls").
 
   Args:
     hidden: [batch, seq, d] any float dtype.
-    mask: [batch, seq] int or bool, 1 on real tokens.
+    mask: [batch, seq] int or bool: 1 on real tokens; for packed rows, the sentence
+      number 1, 2, ... of each token (0 on padding).
+    mode: one of POOLING_MODES.
+    slots: [n, 2] int32 (row, sentence number) of the n sentences to pool from packed
+      rows; None: sentence 1 of every row.
   Returns:
-    [batch, d] float32.
+    [batch, d] float32, or [n, d] with `slots`.
   """
-  m = mask.astype(jnp.float32)[..., None]
-  summed = jnp.sum(hidden.astype(jnp.float32) * m, axis=1)
-  # The clamp matches sentence-transformers (1e-9) and keeps an all-padding row finite.
-  return summed / jnp.maximum(jnp.sum(m, axis=1), 1e-9)
-
-
-def cls_pool(hidden: jax.Array, mask: jax.Array) -> jax.Array:
-  """The first token's state: [batch, seq, d] -> [batch, d] float32."""
-  del mask
-  return hidden[:, 0].astype(jnp.float32)
-
-
-def pool(hidden: jax.Array, mask: jax.Array, mode: str) -> jax.Array:
-  if mode == "mean":
-    return mean_pool(hidden, mask)
+  if mode not in POOLING_MODES:
+    raise ValueError(f"pooling must be one of {POOLING_MODES}, got {mode!r}")
+  segments = mask.astype(jnp.int32)
+  hidden = hidden.astype(jnp.float32)
+  if slots is None:
+    member = (segments == 1).astype(jnp.float32)  # [batch, seq]
+    tokens = hidden
+  else:
+    rows, seq = segments.shape
+    # Row one-hot times sentence match: a [n, rows * seq] selection matrix, so pooling
+    # is one matmul and its gradient needs no scatter.
+    row_match = jnp.arange(rows)[None, :, None] == slots[:, 0, None, None]
+    member = (row_match & (segments[None] == slots[:, 1, None, None])).astype(jnp.float32)
+    member = member.reshape(slots.shape[0], rows * seq)
+    tokens = hidden.reshape(rows * seq, -1)
   if mode == "cls":
-    return cls_pool(hidden, mask)
-  raise ValueError(f"pooling must be one of {POOLING_MODES}, got {mode!r}")
+    first = member * (jnp.cumsum(member, axis=-1) == 1)
+    return _select(first, tokens)
+  # The clamp matches sentence-transformers (1e-9) and keeps an all-padding row finite.
+  return _select(member, tokens) / jnp.maximum(jnp.sum(member, axis=-1, keepdims=True), 1e-9)
+
+
+def _select(weights: jax.Array, tokens: jax.Array) -> jax.Array:
+  """sum_t weights[..., t] tokens[..., t, :]: [b, t] x [b, t, d] or [n, t] x [t, d]."""
+  if tokens.ndim == 3:
+    return jnp.einsum("bt,btd->bd", weights, tokens)
+  return weights @ tokens
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:

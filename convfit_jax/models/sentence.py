@@ -44,10 +44,23 @@ class SentenceEncoder(nnx.Module):
     return self.config.hidden_size
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
-               dropout_key: jax.Array | None = None) -> jax.Array:
-    """[batch, seq] int32 ids and mask -> [batch, dim] float32 (not normalised)."""
-    hidden = self.transformer(input_ids, attention_mask, dropout_key=dropout_key)
-    x = heads.pool(hidden, attention_mask, self.pooling)
+               dropout_key: jax.Array | None = None, *, position_ids: jax.Array | None = None,
+               slots: jax.Array | None = None) -> jax.Array:
+    """Sentence vectors (not normalised), one sentence per row or packed.
+
+    Args:
+      input_ids: [rows, seq] int32.
+      attention_mask: [rows, seq] int32, 0 on padding, 1 on real tokens or, in packed
+        rows (`data.packing`), each token's sentence number 1, 2, ...
+      dropout_key: PRNG key; None is inference.
+      position_ids: [rows, seq] int32 positions within each sentence (packed rows).
+      slots: [n, 2] int32 (row, sentence number) of the sentences to return (packed rows).
+    Returns:
+      [rows, dim] float32, or [n, dim] with `slots`.
+    """
+    hidden = self.transformer(input_ids, attention_mask, dropout_key=dropout_key,
+                              position_ids=position_ids)
+    x = heads.pool(hidden, attention_mask, self.pooling, slots)
     if self.projection is not None:
       x = self.projection(x)
     return x

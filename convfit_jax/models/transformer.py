@@ -83,19 +83,44 @@ class TransformerConfig:
     return self.hidden_size // self.num_attention_heads
 
 
-def position_ids_for(input_ids: jax.Array, config: TransformerConfig) -> jax.Array:
-  """Position ids as HF computes them.
+def position_ids_for(input_ids: jax.Array, config: TransformerConfig,
+                     within: jax.Array | None = None) -> jax.Array:
+  """Position ids as HF computes them, or for packed rows.
 
   Args:
     input_ids: [batch, seq] int32.
+    within: [batch, seq] int32 0-based position of each token within its sentence
+      (packed rows, `data.packing`); None: one sentence per row.
   Returns:
     [batch, seq] int32: 0..seq-1 for BERT; for RoBERTa padding_idx+1 onwards over
-    the non-padding tokens, padding_idx on padding (so left padding is skipped).
+    the non-padding tokens, padding_idx on padding (so left padding is skipped);
+    with `within`, those positions restarted at every sentence.
   """
+  if within is not None:
+    return within + (config.pad_token_id + 1 if config.fairseq_positions else 0)
   if config.fairseq_positions:
     not_pad = (input_ids != config.pad_token_id).astype(jnp.int32)
     return jnp.cumsum(not_pad, axis=1) * not_pad + config.pad_token_id
   return jnp.broadcast_to(jnp.arange(input_ids.shape[1], dtype=jnp.int32), input_ids.shape)
+
+
+def attention_bias(attention_mask: jax.Array) -> jax.Array:
+  """The additive attention mask.
+
+  Args:
+    attention_mask: [batch, seq] int or bool: 0 on padding; tokens with the same
+      non-zero value form one sentence (1 everywhere for one sentence per row;
+      1, 2, ... for the sentences of a packed row).
+  Returns:
+    [batch, 1, seq, seq] float32: 0 where a query may attend to a key (a real key of
+    its own sentence; padding queries see every real key, as in HF), a large negative
+    number elsewhere. HF fills with the dtype minimum; finfo(float32).min / 2 avoids
+    overflow to -inf when added to a large negative score and gives the same softmax.
+  """
+  segments = attention_mask.astype(jnp.int32)
+  query, key = segments[:, :, None], segments[:, None, :]
+  visible = (key != 0) & ((query == key) | (query == 0))
+  return jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min / 2)[:, None].astype(jnp.float32)
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
@@ -131,8 +156,8 @@ class Embeddings(nnx.Module):
     self.layer_norm = nnx.LayerNorm(h, epsilon=config.layer_norm_eps, dtype=dtype,
                                     param_dtype=jnp.float32, rngs=rngs)
 
-  def __call__(self, input_ids, token_type_ids, dropout_key):
-    positions = position_ids_for(input_ids, self.config)
+  def __call__(self, input_ids, token_type_ids, dropout_key, position_ids=None):
+    positions = position_ids_for(input_ids, self.config, position_ids)
     x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
          + self.position_embeddings(positions))
     return dropout(self.layer_norm(x), self.config.hidden_dropout_prob, dropout_key)
@@ -152,7 +177,7 @@ class SelfAttention(nnx.Module):
                                     param_dtype=jnp.float32, rngs=rngs)
 
   def __call__(self, x, bias, dropout_key):
-    """x: [batch, seq, hidden]; bias: [batch, 1, 1, seq] additive mask."""
+    """x: [batch, seq, hidden]; bias: [batch, 1, seq, seq] (`attention_bias`)."""
     c = self.config
     b, s, _ = x.shape
     heads = lambda t: t.reshape(b, s, c.num_attention_heads, c.head_dim)
@@ -222,25 +247,26 @@ class TransformerEncoder(nnx.Module):
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array | None = None,
-               dropout_key: jax.Array | None = None) -> jax.Array:
-    """Encodes a batch.
+               dropout_key: jax.Array | None = None,
+               position_ids: jax.Array | None = None) -> jax.Array:
+    """Encodes a batch, one sentence per row or packed (`data.packing`).
 
     Args:
       input_ids: [batch, seq] int32.
-      attention_mask: [batch, seq] int32 or bool, 1 on real tokens.
+      attention_mask: [batch, seq] int32 or bool, 0 on padding; 1 on real tokens, or
+        the sentence number 1, 2, ... of each token of a packed row.
       token_type_ids: [batch, seq] int32, zeros when None.
       dropout_key: PRNG key; None means deterministic (inference).
+      position_ids: [batch, seq] int32 positions within each sentence of packed rows;
+        None: HF's positions for one sentence per row.
     Returns:
       [batch, seq, hidden] hidden states in the compute dtype.
     """
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
     keys = _split(dropout_key, len(self.layers) + 1)
-    x = self.embeddings(input_ids, token_type_ids, keys[0])
-    # HF fills masked scores with the dtype minimum; finfo(float32).min / 2 avoids
-    # overflow to -inf when added to a large negative score and gives the same softmax.
-    bias = jnp.where(attention_mask[:, None, None, :].astype(bool), 0.0,
-                     jnp.finfo(jnp.float32).min / 2).astype(jnp.float32)
+    x = self.embeddings(input_ids, token_type_ids, keys[0], position_ids)
+    bias = attention_bias(attention_mask)
     run = _run_layer_remat if self.remat else _run_layer
     for layer, key in zip(self.layers, keys[1:]):
       x = run(layer, x, bias, key)

@@ -267,11 +267,16 @@ def train_step(state: state_lib.TrainState, batch: Mapping[str, jax.Array], *, c
 
 @functools.lru_cache(maxsize=8)
 def make_train_step(mesh: Mesh, cfg: LossConfig):
-  """`train_step` jitted: state replicated, batch sharded over `data`, state donated."""
+  """`train_step` jitted: state as `sharding.param_shardings` places it (taken from the
+  argument, pinned on the output), batch sharded over `data`, state donated."""
+  def step(state, batch):
+    state, metrics = train_step(state, batch, cfg=cfg)
+    # The shardings depend on shapes only, so the traced state yields the placed ones.
+    return jax.lax.with_sharding_constraint(state, sharding.param_shardings(state, mesh)), metrics
+
   rep = sharding.replicated(mesh)
-  return jax.jit(functools.partial(train_step, cfg=cfg),
-                 in_shardings=(rep, sharding.batch_sharding(mesh)),
-                 out_shardings=(rep, rep), donate_argnums=0)
+  return jax.jit(step, in_shardings=(None, sharding.batch_sharding(mesh)),
+                 out_shardings=(None, rep), donate_argnums=0)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -408,7 +413,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
       learning_rate=t.learning_rate, total_steps=total_steps, warmup_fraction=t.warmup_fraction,
       weight_decay=t.weight_decay, clip_norm=t.clip_norm)
   state = state_lib.TrainState.create(model, tx, seed=config.seed)
-  state = state_lib.place(state, sharding.replicated(mesh))
+  state = state_lib.place(state, sharding.param_shardings(state, mesh))
   ckpt = state_lib.Checkpointer(workdir.checkpoint_dir, save_every=t.checkpoint_every,
                                 keep=t.keep_checkpoints)
   state = ckpt.restore_or_init(state)

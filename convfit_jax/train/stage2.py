@@ -3,9 +3,10 @@
 Model: `SentenceEncoder` (Transformer, masked mean pooling, Dense(d_o) + tanh), plus
 the pair classifier for the `smax` loss. Data: the paper's pairs (every same-intent
 pair, 2n different-intent negatives per positive) as index arrays into one table of
-tokenised training sentences. Each step encodes the batch's distinct sentences once
-([2B, L], padded with repeats) and scores the B pairs from those embeddings, so a
-sentence that appears in several pairs of a batch costs one forward pass.
+tokenised training sentences. Each step encodes the batch's distinct sentences once,
+packed several to a row (`data.packing`: banking77's utterances fill a third of a
+padded batch), and scores the B pairs from those embeddings, so a sentence that
+appears in several pairs of a batch costs one forward pass and padding costs nothing.
 
 The loop: k-NN accuracy of the encoder before training, training with orbax
 checkpoints (a rerun with the same workdir resumes; a finished run is not
@@ -34,7 +35,8 @@ from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.tokenize import load_tokenizer
 from convfit_jax.train import loop, state as state_lib
 
-BATCH_KEYS = ("input_ids", "attention_mask", "u_idx", "v_idx", "targets", "weights")
+BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "slots", "u_idx", "v_idx", "targets",
+              "weights")
 
 
 class PairModel(nnx.Module):
@@ -61,10 +63,12 @@ def loss_fn(model: PairModel, batch: Mapping[str, jax.Array], dropout_key: jax.A
   """The Stage 2 loss of one batch.
 
   Args:
-    batch: input_ids, attention_mask [2B, L] int32 (the batch's distinct sentences);
-      u_idx, v_idx [B] int32 rows of those; targets [B] float32; weights [B] float32.
+    batch: input_ids, attention_mask, position_ids [R, W] int32 (the batch's distinct
+      sentences, packed); slots [2B, 2] int32 (their rows and sentence numbers); u_idx,
+      v_idx [B] int32 into those 2B; targets [B] float32; weights [B] float32.
   """
-  emb = model.encoder(batch["input_ids"], batch["attention_mask"], dropout_key=dropout_key)
+  emb = model.encoder(batch["input_ids"], batch["attention_mask"], dropout_key=dropout_key,
+                      position_ids=batch["position_ids"], slots=batch["slots"])
   u, v = emb[batch["u_idx"]], emb[batch["v_idx"]]
   # The batch carries the loss's targets (0.8/0.3 for cos); the losses take same/different.
   labels = (batch["targets"] == pairs_lib.loss_targets(loss)[0]).astype(jnp.int32)
@@ -82,24 +86,30 @@ def train_step(state: state_lib.TrainState, batch: Mapping[str, jax.Array], *, l
   return state.apply_gradients(grads), {"loss": value, "grad_norm": optax.tree.norm(grads)}
 
 
-def device_batch(host_batch: batching.PairBatch, mesh, max_length: int) -> dict[str, jax.Array]:
-  """A host `PairBatch` as the global arrays `train_step` takes; on one process the
-  padding columns are cut to a bucket width first (`batching.trim_padding`)."""
-  local = {k: getattr(host_batch, k) for k in BATCH_KEYS}
-  if jax.process_count() == 1:
-    local = batching.trim_padding(local, ("attention_mask",), max_length)
-  return sharding.global_batch(local, mesh)
+def device_batch(host_batch: batching.PairBatch, mesh) -> dict[str, jax.Array]:
+  """A host `PairBatch` as the global arrays `train_step` takes."""
+  return sharding.global_batch({k: getattr(host_batch, k) for k in BATCH_KEYS}, mesh)
+
+
+def pack_rows(config: ml_collections.ConfigDict, table: batching.SentenceTable,
+              pairs: pairs_lib.Pairs, total_steps: int, mesh) -> int:
+  """Packed rows per process for every batch of the run (`batching.pair_batch_rows`)."""
+  return batching.pair_batch_rows(
+      table, pairs, batch_size=config.train.batch_size, seed=config.data.seed,
+      num_steps=total_steps, process_count=jax.process_count(),
+      multiple=max(mesh.shape[sharding.DATA] // jax.process_count(), 1))
 
 
 def init_state(config: ml_collections.ConfigDict, model: PairModel, total_steps: int,
                mesh) -> tuple[state_lib.TrainState, optax.Schedule]:
-  """The train state (AdamW as `config.train` says, replicated over `mesh`) and its schedule."""
+  """The train state (AdamW as `config.train` says, on `mesh` as `sharding.param_shardings`
+  says) and its schedule."""
   t = config.train
   tx, schedule = state_lib.make_optimizer(
       learning_rate=t.learning_rate, total_steps=total_steps, warmup_fraction=t.warmup_fraction,
       weight_decay=t.weight_decay, clip_norm=t.clip_norm)
-  state = state_lib.place(state_lib.TrainState.create(model, tx, seed=config.seed),
-                          sharding.replicated(mesh))
+  state = state_lib.TrainState.create(model, tx, seed=config.seed)
+  state = state_lib.place(state, sharding.param_shardings(state, mesh))
   return state, schedule
 
 
@@ -186,11 +196,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
     logging.info("before: knn_accuracy %.4f", before["knn_accuracy_before"])
 
   table = batching.SentenceTable.from_texts(tokenizer, data.train.texts, config.model.max_length)
+  rows = pack_rows(config, table, pairs, total_steps, mesh)
+  logging.info("stage2: %d sentences of a batch packed into %d rows of %d per process",
+               2 * t.batch_size // jax.process_count(), rows, table.width)
   host_batches = batching.prefetch(batching.pair_batches(
-      table, pairs, loss=t.loss, batch_size=t.batch_size, seed=config.data.seed,
+      table, pairs, loss=t.loss, rows=rows, batch_size=t.batch_size, seed=config.data.seed,
       start_step=start, num_steps=total_steps - start))
-  to_device = functools.partial(device_batch, mesh=mesh, max_length=config.model.max_length)
+  to_device = functools.partial(device_batch, mesh=mesh)
+  # Pinned output shardings: the next step (and the donation) gets the state as placed.
   step_fn = jax.jit(functools.partial(train_step, loss=t.loss, margin=t.margin),
+                    out_shardings=(sharding.param_shardings(state, mesh), sharding.replicated(mesh)),
                     donate_argnums=0)
   state, seconds = loop.fit(
       state, step_fn, host_batches, total_steps=total_steps, pairs_per_step=t.batch_size,

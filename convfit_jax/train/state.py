@@ -32,6 +32,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
 
 PyTree = Any
 
@@ -131,8 +132,10 @@ class TrainState:
 
   def host_params(self) -> PyTree:
     """The parameters on this process's first local device: for evaluating and exporting
-    outside the sharded step."""
-    return jax.device_put(jax.device_get(self.params), jax.local_devices()[0])
+    outside the sharded step. Every process must call it: parameters sharded over a
+    `model` axis that spans processes are all-gathered first."""
+    return jax.device_put(multihost_utils.process_allgather(self.params, tiled=True),
+                          jax.local_devices()[0])
 
   def step_key(self) -> jax.Array:
     """A PRNG key unique to this step (dropout); the same on every process."""
@@ -149,7 +152,8 @@ class TrainState:
 
 
 def place(state: TrainState, sharding) -> TrainState:
-  """Puts every array of `state` on `sharding` (e.g. replicated over the mesh)."""
+  """Puts every array of `state` on `sharding`: one sharding for all, or a tree of them
+  matching `state` (e.g. `convfit_jax.sharding.param_shardings(state, mesh)`)."""
   return jax.device_put(state, sharding)
 
 

@@ -1,0 +1,115 @@
+"""Sequence packing: several short sentences per row, so no compute goes to padding.
+
+Intent utterances are short (banking77 averages 16 MiniLM tokens, clinc150 11,
+hwu64 9) and a batch padded to its longest sentence is two-thirds padding, which
+every dense layer of the encoder multiplies through. Packing puts the sentences of
+a batch end to end in rows of `width` tokens (first-fit decreasing), numbers them
+1, 2, ... within each row (`segment_ids`, 0 on padding) and restarts positions at
+each sentence. The encoder lets a token attend only to its own sentence and pools
+each sentence separately (`models.heads.pool` with `slots`), so every embedding is
+the one the sentence gets alone in a padded batch (to float rounding): the technique
+of Krell et al. 2021, "Efficient sequence packing without cross-contamination".
+
+Row counts are fixed per run (`rows_for`), so a packed run compiles one shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+  """Sentences packed into rows.
+
+  Attributes:
+    input_ids: [rows, width] int32, padding id 0 after the last sentence of a row.
+    segment_ids: [rows, width] int32, k >= 1 on the tokens of the row's k-th sentence.
+    position_ids: [rows, width] int32, 0-based position within the sentence.
+    slots: [n, 2] int32, (row, segment) of input sentence i.
+  """
+  input_ids: np.ndarray
+  segment_ids: np.ndarray
+  position_ids: np.ndarray
+  slots: np.ndarray
+
+
+def place(lengths: np.ndarray, width: int, rows: int | None = None) -> np.ndarray:
+  """First-fit decreasing: where each sequence goes.
+
+  Args:
+    lengths: [n] int, each in 1..width.
+    width: tokens per row.
+    rows: the rows available; None: as many as needed.
+  Returns:
+    [n, 3] int64: row, segment number (1-based, left to right within the row) and
+    start offset of each sequence.
+  Raises:
+    ValueError: a length outside 1..width, or more than `rows` rows needed.
+  """
+  lengths = np.asarray(lengths, np.int64)
+  if lengths.size and (lengths.min() < 1 or lengths.max() > width):
+    raise ValueError(f"sequence lengths must be in 1..{width}, got {lengths.min()}..{lengths.max()}")
+  used: list[int] = []  # tokens used per open row
+  row_start = np.zeros((lengths.size, 2), np.int64)
+  # Longest first, ties by index: deterministic, and within 11/9 of the fewest rows.
+  for i in np.argsort(-lengths, kind="stable"):
+    n = int(lengths[i])
+    row = next((r for r, u in enumerate(used) if u + n <= width), len(used))
+    if row == len(used):
+      if rows is not None and row >= rows:
+        raise ValueError(f"{lengths.size} sequences of {int(lengths.sum())} tokens do not fit "
+                         f"in {rows} rows of {width}")
+      used.append(0)
+    row_start[i] = row, used[row]
+    used[row] += n
+  # Segment numbers count sentences left to right within each row.
+  by_position = np.lexsort((row_start[:, 1], row_start[:, 0]))
+  rows_sorted = row_start[by_position, 0]
+  new_row = np.r_[True, rows_sorted[1:] != rows_sorted[:-1]]
+  first = np.maximum.accumulate(np.where(new_row, np.arange(lengths.size), 0))
+  segment = np.empty(lengths.size, np.int64)
+  segment[by_position] = np.arange(lengths.size) - first + 1
+  return np.stack([row_start[:, 0], segment, row_start[:, 1]], axis=1)
+
+
+def rows_needed(lengths: np.ndarray, width: int) -> int:
+  """How many rows `place` fills with these lengths."""
+  lengths = np.asarray(lengths)
+  return int(place(lengths, width)[:, 0].max()) + 1 if lengths.size else 0
+
+
+def rows_for(length_sets: Iterable[np.ndarray], width: int, multiple: int = 1) -> int:
+  """The row count every set fits in, rounded up to `multiple` (the data-parallel devices
+  of a process, which split the rows)."""
+  most = max((rows_needed(lengths, width) for lengths in length_sets), default=1)
+  return -(-max(most, 1) // multiple) * multiple
+
+
+def pack(input_ids: np.ndarray, attention_mask: np.ndarray, rows: int, width: int,
+         row_offset: int = 0) -> Packed:
+  """Packs padded sentences (either padding side) into `rows` rows of `width`.
+
+  Args:
+    input_ids, attention_mask: [n, L] int, 1 on the real tokens of each sentence.
+    rows, width: the packed shape.
+    row_offset: added to the rows of `slots` (this process's first row of a global batch).
+  Raises:
+    ValueError: the sentences need more than `rows` rows, or one is empty.
+  """
+  input_ids, mask = np.asarray(input_ids), np.asarray(attention_mask).astype(bool)
+  lengths = mask.sum(1)
+  placed = place(lengths, width, rows)
+  ids = np.zeros((rows, width), np.int32)
+  segments = np.zeros((rows, width), np.int32)
+  positions = np.zeros((rows, width), np.int32)
+  for i, (row, segment, start) in enumerate(placed):
+    n = lengths[i]
+    ids[row, start:start + n] = input_ids[i][mask[i]]
+    segments[row, start:start + n] = segment
+    positions[row, start:start + n] = np.arange(n)
+  slots = np.stack([placed[:, 0] + row_offset, placed[:, 1]], axis=1).astype(np.int32)
+  return Packed(ids, segments, positions, slots)
