@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     jax.config.update("jax_compilation_cache_dir", args.compile_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   from convfit_jax import sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
   from convfit_jax.models.sentence import SentenceEncoder  # pylint: disable=import-outside-toplevel
   from convfit_jax.models.transformer import TransformerConfig  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
@@ -161,14 +162,14 @@ def main(argv=None) -> int:
         flush=True)
 
   tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=10_000, clip_norm=1.0)
-  state = state_lib.place(state_lib.TrainState.create(model, tx, seed=0), sharding.replicated(mesh))
+  state = state_lib.TrainState.create(model, tx, seed=0)
+  state = state_lib.place(state, sharding.param_shardings(state, mesh))
   del model, encoder, params
   rng = np.random.default_rng(0)
   ids = lambda: rng.integers(3, args.vocab, size=(b, s), dtype=np.int32)
-  local = {"context_ids": ids(), "context_mask": np.ones((b, s), np.int32),
-           "response_ids": ids(), "response_mask": np.ones((b, s), np.int32),
-           "weights": np.ones((b,), np.float32)}
-  batch = sharding.global_batch(local, mesh)
+  # Full-length sentences: packing leaves one per row, the FLOP count stays exact.
+  host = batching.ConversationBatch(ids(), np.ones((b, s), np.int32), ids(),
+                                    np.ones((b, s), np.int32), np.ones((b,), np.float32))
 
   ceiling = None
   if args.matmul_check or (args.matmul_check is None and dev.platform == "gpu"):
@@ -184,6 +185,7 @@ def main(argv=None) -> int:
   for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
     loss_cfg = variants[name]
     step_fn = stage1.make_train_step(mesh, loss_cfg)
+    batch = stage1.device_batch(host, mesh, loss_cfg)
     tic = time.perf_counter()
     state, out = step_fn(state, batch)
     jax.block_until_ready(out)

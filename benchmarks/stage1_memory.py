@@ -25,21 +25,22 @@ def _child(batch_size: int, max_length: int, grad_cache: bool, chunk_size: int, 
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
 
   model, _ = checkpoints.load_sentence_encoder(checkpoints.MINILM)
   tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=10)
   state = state_lib.TrainState.create(stage1.DualEncoder(model), tx)
   mesh = sharding.make_mesh()
+  state = state_lib.place(state, sharding.param_shardings(state, mesh))
   cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache, chunk_size=chunk_size)
   step_fn = stage1.make_train_step(mesh, cfg)
   rng = np.random.default_rng(0)
   for _ in range(steps):
     ids = rng.integers(1000, 30000, size=(2, batch_size, max_length)).astype(np.int32)
     mask = np.ones((batch_size, max_length), np.int32)
-    batch = {"context_ids": ids[0], "context_mask": mask, "response_ids": ids[1],
-             "response_mask": mask, "weights": np.ones((batch_size,), np.float32)}
-    state, out = step_fn(state, sharding.global_batch(batch, mesh))
+    host = batching.ConversationBatch(ids[0], mask, ids[1], mask, np.ones((batch_size,), np.float32))
+    state, out = step_fn(state, stage1.device_batch(host, mesh, cfg))
     jax.block_until_ready(out["loss"])
   rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   print(json.dumps({"max_rss_gib": rss_gib}))

@@ -15,8 +15,8 @@ clipping 1.0, scale 20, and compare like with like:
           against CachedMultipleNegativesRankingLoss(mini_batch_size=--chunk_size).
 
   ours:   batches from `data.batching` (tokenised per batch, in the timed step, no
-          prefetch), contexts and responses each cut to their bucket width
-          (`stage1.trim_batch`, what the training loop does on one process);
+          prefetch), each side packed several sentences to a row
+          (`stage1.device_batch`, what the training loop does);
   theirs: SentenceTransformer + the loss in a plain PyTorch loop (tokenise, forward,
           backward, clip, AdamW step): what its trainer runs per step, without the
           trainer's bookkeeping; max_seq_length = max_length, each side padded to its
@@ -24,8 +24,8 @@ clipping 1.0, scale 20, and compare like with like:
 
 The machine is shared, so the two sides are interleaved step by step (ours first on
 even steps, theirs first on odd ones) and the figure to read is the ratio. Before
-timing, ours runs one step per (context width, response width) pair that the timed
-batches use, so no compilation falls in the timed steps (checked: the jit cache must
+timing, ours runs one step per packed row count that the timed batches use, so no
+compilation falls in the timed steps (checked: the jit cache must
 not grow while timing); theirs runs one warm-up step. Prints pairs/second per side
 (total pairs / total seconds), the ratio, and the median of the per-step ratios.
 """
@@ -44,7 +44,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 
 TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "conversations" / "sgd" / "train.tsv"
-MASKS = ("context_mask", "response_mask")
 
 
 def _pairs(n: int):
@@ -71,34 +70,33 @@ class Ours:
     self.mesh = sharding.make_mesh()
     # Placed (committed) as the training loop does: an uncommitted first state would
     # give the first call of each width its own cache entry, compiled again later.
-    self.state = state_lib.place(state_lib.TrainState.create(stage1.DualEncoder(model), tx),
-                                 sharding.replicated(self.mesh))
-    cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache,
-                            chunk_size=chunk_size if grad_cache else None)
-    self.step_fn = stage1.make_train_step(self.mesh, cfg)
+    state = state_lib.TrainState.create(stage1.DualEncoder(model), tx)
+    self.state = state_lib.place(state, sharding.param_shardings(state, self.mesh))
+    self.cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache,
+                                 chunk_size=chunk_size if grad_cache else None)
+    self.step_fn = stage1.make_train_step(self.mesh, self.cfg)
+    self.packer = batching
     self.batches = batching.conversation_batches(
         lambda _: pairs, self.tokenizer, batch_size=batch_size, max_length=max_length)
 
-  def run(self, local) -> float:
-    self.state, out = self.step_fn(self.state, self.sharding.global_batch(local, self.mesh))
+  def run(self, device_batch) -> float:
+    self.state, out = self.step_fn(self.state, device_batch)
     return float(out["loss"])
 
   def step(self) -> float:
-    """Tokenise the next batch, trim, one optimiser step; the loss."""
-    return self.run(self.stage1.trim_batch(next(self.batches)._asdict(), self.max_length))
+    """Tokenise the next batch, pack, one optimiser step; the loss."""
+    return self.run(self.stage1.device_batch(next(self.batches), self.mesh, self.cfg))
 
-  def widths(self, local) -> tuple[int, int]:
-    t = self.stage1.trim_batch(local, self.max_length)
-    return t["context_ids"].shape[1], t["response_ids"].shape[1]
+  def rows(self, host_batch) -> int:
+    """The packed rows `device_batch` gives this batch (a compiled shape)."""
+    return self.stage1.device_batch(host_batch, self.mesh, self.cfg)["context_ids"].shape[0]
 
-  def compile_widths(self, example, widths) -> None:
-    """One step per (context, response) width pair, on `example` cut to those widths."""
-    for wc, wr in sorted(widths):
-      local = {k: v for k, v in example.items()}
-      for side, w in (("context", wc), ("response", wr)):
-        for k in (f"{side}_ids", f"{side}_mask"):
-          local[k] = np.asarray(local[k])[:, :w]
-      self.run(local)
+  def compile_rows(self, example, rows) -> None:
+    """One step per packed row count, on `example` packed to that many rows."""
+    chunks = self.stage1._num_chunks(len(example.weights), self.cfg)  # pylint: disable=protected-access
+    for r in sorted(rows):
+      local = self.packer.pack_conversation_batch(example, chunks=chunks, shards=1, rows=r // chunks)
+      self.run(self.sharding.global_batch(local, self.mesh))
 
   def cache_size(self) -> int:
     return self.step_fn._cache_size()  # pylint: disable=protected-access
@@ -143,12 +141,12 @@ def compare(pairs, args, cached: bool) -> dict[str, float]:
 
   ours = Ours(pairs, args.batch_size, args.max_length, args.steps + 20, cached, args.chunk_size)
   theirs = Theirs(pairs, args.batch_size, args.max_length, cached, args.chunk_size)
-  # The widths the warm-up batch and the timed batches will be cut to, each compiled once.
-  host = [b._asdict() for b in batching.conversation_batches(
-      lambda _: pairs, ours.tokenizer, batch_size=args.batch_size, max_length=args.max_length)]
-  widths = {ours.widths(b) for b in host[:args.steps + 1]}
+  # The row counts the warm-up batch and the timed batches pack to, each compiled once.
+  host = list(batching.conversation_batches(
+      lambda _: pairs, ours.tokenizer, batch_size=args.batch_size, max_length=args.max_length))
+  rows = {ours.rows(b) for b in host[:args.steps + 1]}
   tic = time.perf_counter()
-  ours.compile_widths(host[0], widths)
+  ours.compile_rows(host[0], rows)
   ours.step()  # batch 0, as theirs' warm-up
   compile_s = time.perf_counter() - tic
   theirs.step()
@@ -168,7 +166,7 @@ def compare(pairs, args, cached: bool) -> dict[str, float]:
   return {"ours": n / sum(t_ours), "theirs": n / sum(t_theirs),
           "ratio": sum(t_theirs) / sum(t_ours),
           "median_step_ratio": float(np.median(np.asarray(t_theirs) / np.asarray(t_ours))),
-          "widths": sorted(widths), "warmup_s": compile_s}
+          "rows": sorted(rows), "warmup_s": compile_s}
 
 
 def main():
@@ -190,7 +188,7 @@ def main():
     print(f"{mode}: ours {ours_name} vs {theirs_name}")
     r = compare(pairs, args, cached)
     print(f"ours   (convfit_jax, {ours_name}): {r['ours']:8.1f} pairs/s  "
-          f"(widths ctx/resp {r['widths']}, warm-up {r['warmup_s']:.0f} s)")
+          f"(packed rows {r['rows']} of {args.max_length} tokens, warm-up {r['warmup_s']:.0f} s)")
     print(f"theirs (sentence-transformers {theirs_name}): {r['theirs']:8.1f} pairs/s")
     print(f"ratio ours/theirs: {r['ratio']:.2f}  (median per-step ratio {r['median_step_ratio']:.2f}; "
           f"batch {args.batch_size}, max_length {args.max_length}, {args.steps} timed steps)")

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 DATA = "data"
@@ -93,6 +94,14 @@ def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
   """
   sh = batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sh, np.asarray(v)) for k, v in local.items()}
+
+
+def process_max(value: int) -> int:
+  """The largest of every process's `value` (itself on one process): how processes agree
+  on a shape that depends on their own data."""
+  if jax.process_count() == 1:
+    return int(value)
+  return int(np.max(multihost_utils.process_allgather(np.int32(value))))
 
 
 def initialize_distributed(config=None) -> None:

@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 import multihost
 from configs import stage2 as stage2_config
 from convfit_jax import sharding
-from convfit_jax.data import pairs as pairs_lib
+from convfit_jax.data import batching, pairs as pairs_lib
 from convfit_jax.models import heads
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.transformer import TransformerConfig
@@ -186,7 +186,8 @@ def _stage1_run(mesh):
   step_fn = stage1.make_train_step(mesh, cfg)
   losses = []
   for seed in range(2):
-    state, out = step_fn(state, sharding.global_batch(_stage1_batch(seed), mesh))
+    batch = stage1.device_batch(batching.ConversationBatch(**_stage1_batch(seed)), mesh, cfg)
+    state, out = step_fn(state, batch)
     losses.append(float(out["loss"]))
   _assert_placed_as(state, shardings)
   return losses, initial, state.host_params()

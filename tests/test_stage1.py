@@ -16,6 +16,7 @@ from flax import nnx
 
 import multihost
 from convfit_jax import sharding
+from convfit_jax.data import batching
 from convfit_jax.losses import mneg_loss
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.transformer import TransformerConfig
@@ -54,6 +55,19 @@ def _hard_negative_batch(seed=0):
           "response_mask": resp_mask, "weights": np.ones((B,), np.float32)}
 
 
+def _packed(batch, cfg, processes=1, process=0):
+  """Process `process`'s slice of a host batch dict, packed as `stage1.device_batch`
+  packs it for `cfg` (data shards split evenly over the processes)."""
+  n = len(batch["weights"])
+  part = lambda p: batching.ConversationBatch(
+      **{k: v[p * n // processes:(p + 1) * n // processes] for k, v in batch.items()})
+  shards, chunks = cfg.data_shards // processes, stage1._num_chunks(n, cfg)  # pylint: disable=protected-access
+  rows = max(batching.conversation_rows(part(p), chunks=chunks, shards=shards, width=L)
+             for p in range(processes))
+  return batching.pack_conversation_batch(part(process), chunks=chunks, shards=shards, rows=rows,
+                                          first_shard=process * shards)
+
+
 def _assert_trees_close(a, b, tol=1e-5):
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
@@ -75,7 +89,9 @@ def _sharded_loss_and_grads(graphdef, params, batch, key, cfg, mesh):
 def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
   assert jax.device_count() == 8
   graphdef, params = _split(_dual())
-  batch = _hard_negative_batch()
+  cfg8 = stage1.LossConfig(dropout=True, data_shards=8)
+  # Packed for 8 shards (each packs its own 2 sentences per side), run on 1 and 8 devices.
+  batch = _packed(_hard_negative_batch(), cfg8)
   key = jax.random.PRNGKey(3)
   cfg1 = stage1.LossConfig(dropout=True)
   dev0 = jax.devices()[0]
@@ -83,17 +99,21 @@ def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
       jax.device_put(params, dev0), jax.device_put(batch, dev0), jax.device_put(key, dev0))
 
   mesh = sharding.make_mesh()
-  cfg8 = stage1.LossConfig(dropout=True, data_shards=8)
   loss8, grads8 = _sharded_loss_and_grads(graphdef, params, batch, key, cfg8, mesh)
   np.testing.assert_allclose(float(loss8), float(loss1), rtol=1e-5, atol=1e-5)
   _assert_trees_close(grads8, grads1)
 
   # Device-local negatives: each shard ranks only its own 2 responses.
+  rows = batch["context_ids"].shape[0] // 8
+
   def local_loss(p, b):
     def per_shard(b):
       model = nnx.merge(graphdef, p)
-      c = model.encode_contexts(b["context_ids"], b["context_mask"])
-      r = model.encode_responses(b["response_ids"], b["response_mask"])
+      side = lambda name: dict(ids=b[f"{name}_ids"], mask=b[f"{name}_mask"],
+                               position_ids=b[f"{name}_positions"],
+                               slots=b[f"{name}_slots"].at[:, 0].set(b[f"{name}_slots"][:, 0] % rows))
+      c = model.encode_contexts(**side("context"))
+      r = model.encode_responses(**side("response"))
       return jax.lax.pmean(mneg_loss(c, r), sharding.DATA)
     return jax.shard_map(per_shard, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(sharding.DATA),),
                          out_specs=jax.sharding.PartitionSpec())(b)
@@ -109,7 +129,7 @@ def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
 
 def test_grad_cache_equals_uncached_with_dropout():
   graphdef, params = _split(_dual())
-  batch = _hard_negative_batch(1)
+  batch = _packed(_hard_negative_batch(1), stage1.LossConfig(chunk_size=4))
   key = jax.random.PRNGKey(7)
   fn = lambda cfg: jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg))
   plain_loss, plain = fn(stage1.LossConfig(dropout=True, chunk_size=4))(params, batch, key)
@@ -139,7 +159,8 @@ def test_grad_cache_sharded_with_response_tower_and_ff():
   # Give the zero-initialised FF output a non-zero kernel so its gradient path is exercised.
   model.response_ff.down.kernel[...] = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (16, 32))
   graphdef, params = _split(model)
-  batch, key, mesh = _hard_negative_batch(2), jax.random.PRNGKey(0), sharding.make_mesh()
+  cfg = stage1.LossConfig(chunk_size=8, data_shards=8)
+  batch, key, mesh = _packed(_hard_negative_batch(2), cfg), jax.random.PRNGKey(0), sharding.make_mesh()
   plain_loss, plain = _sharded_loss_and_grads(
       graphdef, params, batch, key, stage1.LossConfig(chunk_size=8, data_shards=8), mesh)
   cached_loss, cached = _sharded_loss_and_grads(
@@ -158,22 +179,28 @@ def test_identical_responses_are_masked_as_false_negatives():
   batch["response_mask"][5] = batch["response_mask"][1]
   batch["response_ids"][9] = batch["response_ids"][1]
   batch["response_mask"][9] = batch["response_mask"][1]
-  ids = np.asarray(stage1.duplicate_ids(jnp.asarray(batch["response_ids"])))
+  # Row 13 has row 1's tokens behind different padding: the same sentence.
+  batch["response_ids"][13] = batch["response_ids"][1]
+  batch["response_mask"][13] = batch["response_mask"][1]
+  batch["response_ids"][13, batch["response_mask"][1] == 0] = 7
+  hashes = batching.token_hashes(batch["response_ids"], batch["response_mask"])
+  ids = np.asarray(stage1.duplicate_ids(jnp.asarray(hashes)))
   expected = np.arange(B)
-  expected[[5, 9]] = 1
+  expected[[5, 9, 13]] = 1
   np.testing.assert_array_equal(ids, expected)
 
+  # Packed and chunked, the loss still equals the unpacked reference.
   model = nnx.merge(graphdef, params)
   c = model.encode_contexts(batch["context_ids"], batch["context_mask"])
   r = model.encode_responses(batch["response_ids"], batch["response_mask"])
   loss_of = lambda cfg: jax.jit(lambda p, b: stage1.loss_and_grads(graphdef, p, b, None, cfg)[0])(
-      params, batch)
+      params, _packed(batch, cfg))
   masked = loss_of(stage1.LossConfig(dropout=False, chunk_size=4))  # chunks reassemble in order
   unmasked = loss_of(stage1.LossConfig(dropout=False, mask_duplicates=False))
   np.testing.assert_allclose(float(masked), float(mneg_loss(c, r, response_ids=jnp.asarray(expected))),
                              rtol=1e-6)
   np.testing.assert_allclose(float(unmasked), float(mneg_loss(c, r)), rtol=1e-6)
-  # Rows 1, 5, 9 no longer push away copies of their own response: a lower loss.
+  # Rows 1, 5, 9, 13 no longer push away copies of their own response: a lower loss.
   assert float(masked) < float(unmasked) - 1e-3
 
 
@@ -255,20 +282,19 @@ def test_train_and_evaluate_end_to_end_and_resume(tmp_path):
 # --------------------------------------------------------------------------- multi-host
 
 
+MULTI_CFG = dict(dropout=True, data_shards=8)
+
+
 def _worker_batch_and_params():
   graphdef, params = _split(_dual())
   return graphdef, params, _hard_negative_batch(4), jax.random.PRNGKey(11)
-
-
-MULTI_CFG = dict(dropout=True, data_shards=8)
 
 
 def _worker(process_id: int, out_dir: str) -> None:
   """One of 2 processes: writes this process's copy of the loss and gradients to p{process_id}.npz."""
   graphdef, params, batch, key = _worker_batch_and_params()
   mesh = sharding.make_mesh()
-  rows = slice(process_id * B // 2, (process_id + 1) * B // 2)
-  local = {k: v[rows] for k, v in batch.items()}
+  local = _packed(batch, stage1.LossConfig(**MULTI_CFG), processes=2, process=process_id)
   global_batch = sharding.global_batch(local, mesh)
   rep = sharding.replicated(mesh)
   params = jax.device_put(params, rep)
@@ -281,9 +307,14 @@ def _worker(process_id: int, out_dir: str) -> None:
 
 def test_two_processes_match_one_process_with_eight_devices(tmp_path):
   graphdef, params, batch, key = _worker_batch_and_params()
+  cfg = stage1.LossConfig(**MULTI_CFG)
   mesh = sharding.make_mesh()
-  loss, grads = _sharded_loss_and_grads(graphdef, params, batch, key,
-                                        stage1.LossConfig(**MULTI_CFG), mesh)
+  # Two processes packing their own halves give the batch one process packs.
+  halves = [_packed(batch, cfg, processes=2, process=i) for i in range(2)]
+  batch = _packed(batch, cfg)
+  for k, v in batch.items():
+    np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), v)
+  loss, grads = _sharded_loss_and_grads(graphdef, params, batch, key, cfg, mesh)
   multihost.launch(__file__, tmp_path)
   leaves = jax.tree.leaves(grads)
   for i in range(2):

@@ -24,6 +24,7 @@ with `start_step=k` sees the same batches as one that never stopped.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import queue
 import threading
 from typing import Callable, Iterable, Iterator, NamedTuple, Sequence, TypeVar
@@ -33,7 +34,7 @@ import numpy as np
 from convfit_jax.data import packing
 from convfit_jax.data.conversations import Conversation
 from convfit_jax.data.pairs import Pairs
-from convfit_jax.tokenize import bucket, bucket_widths, tokenize
+from convfit_jax.tokenize import tokenize
 
 T = TypeVar("T")
 
@@ -294,20 +295,74 @@ def conversation_batches(open_epoch: Callable[[int], Iterable[Conversation]], to
       step += 1
 
 
-def trim_padding(arrays: dict[str, np.ndarray], mask_keys: Sequence[str],
-                 max_length: int) -> dict[str, np.ndarray]:
-  """Cuts the all-padding columns of a batch's [n, max_length] arrays to a bucket width.
+SIDES = ("context", "response")
 
-  Right padding with masked attention makes the cut exact (the same embeddings); the
-  few bucket widths (`tokenize.bucket_widths`) bound recompilation, and short
-  utterances cost about their length instead of max_length. Every 2-D array is cut;
-  the width is the smallest bucket that keeps every real token of `mask_keys`.
-  Single-process only: processes would disagree on the width of a global batch.
+
+def _chunk_blocks(n: int, chunks: int, shards: int) -> list[np.ndarray]:
+  """Row indices of each (shard, chunk) block of n rows, shard-major: the rows that
+  `train.stage1` gives chunk k on shard s (k * n/(shards*chunks) onwards in shard s's
+  n/shards rows)."""
+  if n % (shards * chunks):
+    raise ValueError(f"{n} rows do not split into {shards} shards x {chunks} chunks")
+  return list(np.arange(n).reshape(shards * chunks, n // (shards * chunks)))
+
+
+def conversation_rows(batch: ConversationBatch, *, chunks: int, shards: int, width: int) -> int:
+  """The packed rows per (shard, chunk) block that both sides of `batch` need."""
+  lengths = {side: getattr(batch, f"{side}_mask").sum(1) for side in SIDES}
+  return max(packing.rows_needed(lengths[side][rows], width)
+             for rows in _chunk_blocks(len(batch.weights), chunks, shards) for side in SIDES)
+
+
+def pack_conversation_batch(batch: ConversationBatch, *, chunks: int, shards: int, rows: int,
+                            first_shard: int = 0) -> dict[str, np.ndarray]:
+  """A Stage 1 batch (this process's slice) with each side packed (`data.packing`).
+
+  The slice's n rows split into `shards` blocks (its devices on the mesh `data` axis)
+  of `chunks` gradient-cache chunks; each (shard, chunk) block of sentences is packed
+  into `rows` rows, so every device packs and encodes only its own sentences.
+
+  Args:
+    batch: [n, L] context/response ids and masks, weights [n].
+    chunks: gradient-cache chunks per step (1 without chunking).
+    shards: data shards of this slice.
+    rows: packed rows per block and side (`conversation_rows`, the same on every process).
+    first_shard: the global index of this slice's first shard.
+  Returns:
+    {side}_ids, {side}_mask (sentence numbers), {side}_positions [shards*chunks*rows, L]
+    int32, in (shard, chunk, row) order; {side}_slots [n, 2] int32, per sentence in
+    batch order its (row, sentence number), the row counted within its chunk across
+    all shards (global shard * rows + row); response_hash [n, 2] int32 (equal for
+    identical responses); weights [n] float32.
   """
-  used = max(int(np.asarray(arrays[k]).sum(1).max()) for k in mask_keys)
-  width = bucket(used, bucket_widths(max_length))
-  return {k: (np.asarray(v)[:, :width] if np.ndim(v) == 2 else np.asarray(v))
-          for k, v in arrays.items()}
+  width = batch.context_ids.shape[1]
+  out = {"weights": batch.weights, "response_hash": token_hashes(batch.response_ids,
+                                                                 batch.response_mask)}
+  blocks = _chunk_blocks(len(batch.weights), chunks, shards)
+  for side in SIDES:
+    ids, mask = getattr(batch, f"{side}_ids"), getattr(batch, f"{side}_mask")
+    slots = np.zeros((len(batch.weights), 2), np.int32)
+    packed = []
+    for b, block in enumerate(blocks):
+      p = packing.pack(ids[block], mask[block], rows, width,
+                       row_offset=(first_shard + b // chunks) * rows)
+      slots[block] = p.slots
+      packed.append(p)
+    out[f"{side}_ids"] = np.concatenate([p.input_ids for p in packed])
+    out[f"{side}_mask"] = np.concatenate([p.segment_ids for p in packed])
+    out[f"{side}_positions"] = np.concatenate([p.position_ids for p in packed])
+    out[f"{side}_slots"] = slots
+  return out
+
+
+def token_hashes(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """[n, 2] int32 digest of each row's real tokens: rows that tokenise identically (and
+  so embed identically) get equal digests, whatever their padding."""
+  out = np.zeros((len(ids), 2), np.int32)
+  for i, (row, m) in enumerate(zip(ids, mask.astype(bool))):
+    digest = hashlib.blake2b(row[m].astype(np.int32).tobytes(), digest_size=8).digest()
+    out[i] = np.frombuffer(digest, np.int32)
+  return out
 
 
 def prefetch(iterator: Iterable[T], size: int = 2) -> Iterator[T]:

@@ -10,8 +10,14 @@ batch arrays are sharded over the mesh `data` axis; the [B, B] similarity matrix
 is written on the global arrays and XLA gathers the response columns (as
 big_vision's SigLIP/CLIP losses), so every context is scored against the
 responses of every device and every host, in global row order. Identical
-responses in a batch are detected on device from their token rows and dropped
-from each other's softmax (they are false negatives).
+responses in a batch (equal token digests from the host) are dropped from each
+other's softmax (they are false negatives).
+
+Packing: each device's sentences of each gradient-cache chunk are packed several
+to a row (`data.packing`; SGD turns fill a third of a padded batch), contexts and
+responses separately, so no compute goes to padding. The packed row count is
+chosen per batch (the largest any process needs, rounded up to `ROW_MULTIPLE`), so
+a run compiles a few shapes.
 
 Gradient cache (Gao et al. 2021; sentence-transformers'
 CachedMultipleNegativesRankingLoss): embed the batch chunk by chunk without
@@ -55,7 +61,10 @@ from convfit_jax.eval import metrics as metrics_lib
 from convfit_jax.train import loop, state as state_lib
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BATCH_KEYS = ("context_ids", "context_mask", "response_ids", "response_mask", "weights")
+SIDE_KEYS = tuple(f"{side}_{k}" for side in batching.SIDES for k in ("ids", "mask", "positions", "slots"))
+BATCH_KEYS = SIDE_KEYS + ("response_hash", "weights")
+# Packed rows are rounded up to a multiple of this: fewer distinct shapes to compile.
+ROW_MULTIPLE = 2
 
 
 # --------------------------------------------------------------------------- model
@@ -91,16 +100,17 @@ class DualEncoder(nnx.Module):
     self.response = response
     self.response_ff = response_ff
 
-  def encode_contexts(self, ids: jax.Array, mask: jax.Array,
-                      dropout_key: jax.Array | None = None) -> jax.Array:
-    """[n, L] int32 ids and mask -> [n, d] float32."""
-    return self.context(ids, mask, dropout_key=dropout_key)
+  def encode_contexts(self, ids: jax.Array, mask: jax.Array, dropout_key: jax.Array | None = None,
+                      **packed) -> jax.Array:
+    """[n, L] int32 ids and mask -> [n, d] float32; packed rows with `position_ids`
+    and `slots` as `SentenceEncoder` takes them."""
+    return self.context(ids, mask, dropout_key=dropout_key, **packed)
 
-  def encode_responses(self, ids: jax.Array, mask: jax.Array,
-                       dropout_key: jax.Array | None = None) -> jax.Array:
-    """[n, L] int32 ids and mask -> [n, d] float32."""
+  def encode_responses(self, ids: jax.Array, mask: jax.Array, dropout_key: jax.Array | None = None,
+                       **packed) -> jax.Array:
+    """As `encode_contexts`, through the response tower and feed-forward layer."""
     tower = self.context if self.response is None else self.response
-    return self.apply_response_ff(tower(ids, mask, dropout_key=dropout_key))
+    return self.apply_response_ff(tower(ids, mask, dropout_key=dropout_key, **packed))
 
   def apply_response_ff(self, x: jax.Array) -> jax.Array:
     return x if self.response_ff is None else self.response_ff(x)
@@ -129,18 +139,14 @@ def build_model(config: ml_collections.ConfigDict):
 # --------------------------------------------------------------------------- loss
 
 
-def duplicate_ids(tokens: jax.Array) -> jax.Array:
-  """Per row, the first row of the batch with the same token ids: [B, L] int32 -> [B] int32.
+def duplicate_ids(hashes: jax.Array) -> jax.Array:
+  """Per row, the first row of the batch with the same tokens: [B, 2] int32 digests
+  (`batching.token_hashes`) -> [B] int32.
 
   Rows that tokenise identically embed identically, so they are exactly the false
-  negatives to mask. Two independent polynomial hashes must both match; comparing
-  hashes keeps memory at [B, B] (a full token comparison would be [B, B, L]).
+  negatives to mask; the 64-bit digests compare them at [B, B] memory.
   """
-  t = tokens.astype(jnp.uint32)
-  powers = lambda base: jnp.cumprod(jnp.full((t.shape[1],), base, jnp.uint32))
-  h1 = jnp.sum(t * powers(1_000_003), axis=1)
-  h2 = jnp.sum((t + 7) * powers(2_654_435_761), axis=1)
-  same = (h1[:, None] == h1[None, :]) & (h2[:, None] == h2[None, :])
+  same = jnp.all(hashes[:, None, :] == hashes[None, :, :], axis=-1)
   return jnp.argmax(same, axis=1).astype(jnp.int32)
 
 
@@ -203,8 +209,10 @@ def _chunk_keys(key: jax.Array | None, n: int) -> jax.Array | None:
 def _embed_chunk(graphdef, params, chunk: Mapping[str, jax.Array], keys: jax.Array | None):
   model = nnx.merge(graphdef, params)
   kc, kr = (None, None) if keys is None else (keys[0], keys[1])
-  return (model.encode_contexts(chunk["context_ids"], chunk["context_mask"], kc),
-          model.encode_responses(chunk["response_ids"], chunk["response_mask"], kr))
+  side = lambda name: dict(ids=chunk[f"{name}_ids"], mask=chunk[f"{name}_mask"],
+                           position_ids=chunk[f"{name}_positions"], slots=chunk[f"{name}_slots"])
+  return model.encode_contexts(**side("context"), dropout_key=kc), model.encode_responses(
+      **side("response"), dropout_key=kr)
 
 
 def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Array | None,
@@ -214,18 +222,23 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
   Args:
     graphdef: the `DualEncoder`'s NNX graph definition.
     params: its parameters (pure dict).
-    batch: global arrays, `BATCH_KEYS`: *_ids, *_mask [B, L] int32, weights [B] float32.
+    batch: global arrays, `BATCH_KEYS` (`batching.pack_conversation_batch` for every
+      process's slice, packed for `cfg.data_shards` shards and the chunks of
+      `cfg.chunk_size`): per side ids, mask, positions [S*n*R, L] int32 and slots
+      [B, 2] int32; response_hash [B, 2] int32; weights [B] float32.
     key: the step's dropout key (ignored unless `cfg.dropout`).
     cfg: loss settings.
   Returns:
     (scalar float32 loss, grads shaped like `params`).
   """
-  b = batch["context_ids"].shape[0]
+  b = batch["weights"].shape[0]
   n = _num_chunks(b, cfg)
   keys = _chunk_keys(key if cfg.dropout else None, n)
+  # Packed rows and slots are both laid out (shard, chunk, ...): the same re-layout
+  # gives chunk k its rows and its sentences' slots into them.
   tokens = {k: (batch[k][None] if n == 1 else _to_chunks(batch[k], n, cfg.data_shards))
-            for k in BATCH_KEYS if k != "weights"}
-  ids = duplicate_ids(batch["response_ids"]) if cfg.mask_duplicates else None
+            for k in SIDE_KEYS}
+  ids = duplicate_ids(batch["response_hash"]) if cfg.mask_duplicates else None
 
   def loss_of(c, r):
     return mneg_loss(c, r, scale=cfg.scale, symmetric=cfg.symmetric, weights=batch["weights"],
@@ -372,19 +385,21 @@ def make_batches(config: ml_collections.ConfigDict, tokenizer, start_step: int):
   return batching.prefetch(batches, size=d.prefetch)
 
 
-def trim_batch(local: Mapping[str, np.ndarray], max_length: int) -> dict[str, np.ndarray]:
-  """Cuts contexts and responses each to its own bucket width (`batching.trim_padding`).
+def device_batch(host_batch: batching.ConversationBatch, mesh: Mesh, cfg: LossConfig
+                 ) -> dict[str, jax.Array]:
+  """This process's `ConversationBatch`, packed, as the global arrays `train_step` takes.
 
-  Like sentence-transformers, which tokenises the two sides separately and pads each
-  to its own longest row; the step compiles once per (context, response) width pair.
-  Single-process only, as `trim_padding`.
+  The row count is the largest any (process, shard, chunk, side) needs, so every
+  process packs to the same shape.
   """
-  out = {}
-  for side in ("context", "response"):
-    keys = (f"{side}_ids", f"{side}_mask")
-    out.update(batching.trim_padding({k: local[k] for k in keys}, (f"{side}_mask",), max_length))
-  out.update({k: np.asarray(v) for k, v in local.items() if k not in out})
-  return out
+  shards = cfg.data_shards // jax.process_count()
+  chunks = _num_chunks(len(host_batch.weights) * jax.process_count(), cfg)
+  needed = batching.conversation_rows(host_batch, chunks=chunks, shards=shards,
+                                      width=host_batch.context_ids.shape[1])
+  rows = -(-sharding.process_max(needed) // ROW_MULTIPLE) * ROW_MULTIPLE
+  local = batching.pack_conversation_batch(host_batch, chunks=chunks, shards=shards, rows=rows,
+                                           first_shard=jax.process_index() * shards)
+  return sharding.global_batch(local, mesh)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -450,16 +465,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if start < total_steps:
     batches = make_batches(config, tokenizer, start)
 
-    def to_device(host_batch):
-      local = host_batch._asdict()
-      if jax.process_count() == 1:
-        local = trim_batch(local, config.model.max_length)
-      return sharding.global_batch(local, mesh)
-
     state, seconds = loop.fit(
         state, step_fn, batches, total_steps=total_steps, pairs_per_step=t.batch_size,
         schedule=schedule, workdir=workdir, checkpointer=ckpt, log_every=t.log_every,
-        to_device=to_device, eval_every=config.eval.every,
+        to_device=functools.partial(device_batch, mesh=mesh, cfg=cfg), eval_every=config.eval.every,
         evaluate=lambda state_, step: evaluate(state_, "", step))
     train_seconds += seconds
     batches.close()
