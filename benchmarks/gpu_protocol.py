@@ -125,7 +125,7 @@ def main(argv=None) -> int:
 
   def write_record(final: bool) -> str:
     wall = time.perf_counter() - wall0
-    table = protocol.table(results, datasets, shots, losses)
+    table = protocol.table(results, datasets, shots, losses, encoder=args.init_from or common.MINILM)
     (workdir / "results.md").write_text(table, encoding="utf-8")
     (workdir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     done = sorted({r["seed"] for r in results})

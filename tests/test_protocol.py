@@ -24,8 +24,9 @@ def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   mean = 100 * sum(knn) / 2
   row = next(l for l in lines if l.startswith("| ConvFiT Stage 2 (ocl)"))
   assert f"{mean:.2f} ± " in row
-  assert any(l.startswith("| k-NN, encoder off the shelf") for l in lines)
-  assert any(l.startswith("| MLP on frozen encodings") for l in lines)
+  assert any(l.startswith("| k-NN, encoder before Stage 2") for l in lines)
+  assert any(l.startswith("| MLP on frozen encodings before Stage 2") for l in lines)
+  assert f"Encoder before Stage 2: {tiny_bert_dir}." in md
   assert all(r["num_pool_pool5"] == 77 * 5 for r in results)
   assert "test examples: banking77 40." in md
   assert any(l.startswith("| ConvFiT Stage 2 (ocl), k-NN, pool 5-shot |") for l in lines)

@@ -12,8 +12,9 @@ from configs import stage2 as stage2_config
 from convfit_jax.train import stage2
 from convfit_jax.train.state import Workdir, write_json
 
-_BASELINES = (("knn_accuracy_before", "k-NN, encoder off the shelf"),
-              ("mlp_accuracy_before", "MLP on frozen encodings"))
+# "Before Stage 2" is the `init_from` encoder: off the shelf, or a Stage 1 output (lm+s1).
+_BASELINES = (("knn_accuracy_before", "k-NN, encoder before Stage 2"),
+              ("mlp_accuracy_before", "MLP on frozen encodings before Stage 2"))
 
 
 def _split(csv: str) -> list[str]:
@@ -52,8 +53,11 @@ def _cell(values: list[float]) -> str:
 
 
 def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
-          losses: list[str], extra_pools=()) -> str:
-  """Markdown: rows = methods, columns = dataset x setting; accuracy in %, mean ± sd over seeds."""
+          losses: list[str], extra_pools=(), encoder: str = "") -> str:
+  """Markdown: rows = methods, columns = dataset x setting; accuracy in %, mean ± sd over seeds.
+
+  `encoder`, when given, is named in the footnote as the encoder before Stage 2.
+  """
   setting = lambda s: f"{s}-shot" if s else "full"
   cols = [(d, s) for d in datasets for s in shots]
   head = "| method | " + " | ".join(f"{d} {setting(s)}" for d, s in cols) + " |"
@@ -81,6 +85,8 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
   sizes = ", ".join(f"{d} {n}" for d, n in sorted({(r["dataset"], r.get("num_test")) for r in results}))
   lines.append("")
   lines.append(f"k-NN / MLP accuracy (%), mean ± sample sd over seeds {seeds}; test examples: {sizes}.")
+  if encoder:
+    lines.append(f"Encoder before Stage 2: {encoder}.")
   return "\n".join(lines) + "\n"
 
 
@@ -99,7 +105,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> list[dict[str, Any]
                     **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
     # Written after every run, so a long protocol shows its progress.
     write_json(workdir.path / "results.json", results)
-    markdown = table(results, datasets, shots, losses, config.extra_pools)
+    markdown = table(results, datasets, shots, losses, config.extra_pools, config.init_from)
     (workdir.path / "results.md").write_text(markdown, encoding="utf-8")
   print(markdown, flush=True)
   workdir.close()
