@@ -25,12 +25,12 @@ command continues where a killed run stopped and does not retrain finished cells
 Checkpoints are written only at the end of each cell (a lease is too short to resume
 from inside a cell, and an orbax save of MiniLM's 270 MB train state every 500 steps
 would cost ~1 minute over the grid). JAX's persistent compilation cache is on, so
-seeds 1 and 2 reuse seed 0's compiled steps.
+seeds 1 and 2 reuse seed 0's compiled steps where they pack to the same row count.
 
 Estimate (no GPU measured yet): a MiniLM Stage 2 step at batch 32 pairs (<= 64
-sentences x <= 48 tokens, ~0.2 TFLOP) is launch- and host-bound on an H200, about
-3-6 ms with the loop's per-step loss sync, so 28,650 steps ~ 1.5-3 min per seed,
-plus ~20-40 s of compilation (bucket widths 16/32/48 per dataset, seed 0 only) and
+sentences packed into ~24 rows of 48 tokens, ~0.1 TFLOP) is launch- and host-bound on an
+H200, about 3-6 ms with the loop's per-step loss sync, so 28,650 steps ~ 1.5-3 min per seed,
+plus ~20-40 s of compilation (one packed row count per run) and
 ~5 s of evaluation per cell: ~2-3.5 min per seed, 6-10 min for three seeds.
 `launch/gpu_checks.sh` gives it the time left in its 10-minute command.
 
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         *cells,
         "",
         "train s: the training loop's own time (data wait + step, per-step loss sync included;"
-        " compilation of the first step of each bucket width falls in it).",
+        " the first step's compilation falls in it).",
         "",
     ]
     record = "\n".join(lines)
