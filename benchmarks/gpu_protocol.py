@@ -103,6 +103,7 @@ def main(argv=None) -> int:
 
   from configs import common, protocol as protocol_config  # pylint: disable=import-outside-toplevel
   from convfit_jax.tasks import protocol  # pylint: disable=import-outside-toplevel
+  encoder = args.init_from or common.MINILM
 
   dev = jax.devices()[0]
   device = f"{dev.device_kind} ({dev.platform}, {jax.device_count()} device(s))"
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
 
   def write_record(final: bool) -> str:
     wall = time.perf_counter() - wall0
-    table = protocol.table(results, datasets, shots, losses, encoder=args.init_from or common.MINILM)
+    table = protocol.table(results, datasets, shots, losses, encoder=encoder)
     (workdir / "results.md").write_text(table, encoding="utf-8")
     (workdir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     done = sorted({r["seed"] for r in results})
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
         f"- Grid: {', '.join(datasets)} × {', '.join(setting(s) for s in shots)} × {', '.join(losses)}"
         f" × seeds {done}" + (f" (seeds {skipped} skipped: over --budget_s {args.budget_s:.0f})"
                               if skipped else ""),
-        f"- Encoder: {args.init_from or common.MINILM}; compute dtype {args.dtype}"
+        f"- Encoder: {encoder}; compute dtype {args.dtype}"
         + (" (XLA default matmul precision: TF32 on Ampere/Hopper GPUs)" if args.dtype == "float32" else ""),
         f"- Training: {steps_note}; AdamW 2e-5, 10% warm-up, linear decay; max length 48",
         f"- Test sets: {'full' if not args.max_test else f'seeded subsets of {args.max_test} rows'}",
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
       break
     c = protocol_config.get_config(f"workdir={workdir}")
     c.datasets, c.shots, c.seeds, c.losses = args.datasets, args.shots, str(seed), args.losses
-    c.init_from = args.init_from or common.MINILM
+    c.init_from = encoder
     c.max_steps, c.max_test, c.dtype, c.mlp = args.max_steps, args.max_test, args.dtype, not args.no_mlp
     tic = time.perf_counter()
     results += protocol.train_and_evaluate(c)

@@ -56,13 +56,12 @@ class Ours:
 
   def __init__(self, pairs, batch_size: int, max_length: int, total_steps: int, grad_cache: bool,
                chunk_size: int):
-    import jax  # pylint: disable=import-outside-toplevel
     from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
     from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
     from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
     from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
 
-    self.jax, self.sharding, self.stage1 = jax, sharding, stage1
+    self.stage1 = stage1
     self.max_length = max_length
     model, ck = checkpoints.load_sentence_encoder(checkpoints.MINILM)
     self.tokenizer = load_tokenizer(ck.tokenizer_dir)
@@ -144,7 +143,6 @@ def compare(pairs, args, cached: bool) -> dict[str, float]:
   by_rows = {}
   for b in host[:args.steps + 1]:
     by_rows.setdefault(ours.rows(b), b)
-  rows = set(by_rows)
   tic = time.perf_counter()
   ours.compile_rows(by_rows.values())
   ours.step()  # batch 0, as theirs' warm-up
@@ -166,7 +164,7 @@ def compare(pairs, args, cached: bool) -> dict[str, float]:
   return {"ours": n / sum(t_ours), "theirs": n / sum(t_theirs),
           "ratio": sum(t_theirs) / sum(t_ours),
           "median_step_ratio": float(np.median(np.asarray(t_theirs) / np.asarray(t_ours))),
-          "rows": sorted(rows), "warmup_s": compile_s}
+          "rows": sorted(by_rows), "warmup_s": compile_s}
 
 
 def main():
