@@ -71,7 +71,7 @@ def profile_ours(enc, texts: list[str], batch_size: int) -> str:
   import jax  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
-  from convfit_jax.tokenize import bucket as _bucket, bucket_widths  # pylint: disable=import-outside-toplevel
+  from convfit_jax.tokenization import bucket as _bucket, bucket_widths  # pylint: disable=import-outside-toplevel
 
   start = time.perf_counter()
   ids_list = enc.tokenizer(texts, truncation=True, max_length=enc.max_length,

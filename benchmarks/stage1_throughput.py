@@ -9,7 +9,8 @@ Both sides train all-MiniLM-L6-v2 on the first SGD training pairs
 (../shared/data/conversations/sgd/train.tsv) with dropout on, AdamW 2e-5, global-norm
 clipping 1.0, scale 20, and compare like with like:
 
-  plain:  ours `stage1.train_step` without gradient cache (one forward, one backward)
+  plain:  ours (the Stage 1 task's step, `trainer.make_train_step` of
+          `stage1.state_loss_and_grads`) without gradient cache (one forward, one backward)
           against sentence-transformers' MultipleNegativesRankingLoss;
   cached: ours with `grad_cache=True, chunk_size=--chunk_size` (an extra forward pass)
           against CachedMultipleNegativesRankingLoss(mini_batch_size=--chunk_size).
@@ -33,6 +34,7 @@ not grow while timing); theirs runs one warm-up step. Prints pairs/second per si
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import time
@@ -56,24 +58,28 @@ class Ours:
 
   def __init__(self, pairs, batch_size: int, max_length: int, total_steps: int, grad_cache: bool,
                chunk_size: int):
-    from convfit_jax import checkpoints, sharding  # pylint: disable=import-outside-toplevel
+    from convfit_jax import hf_io, sharding  # pylint: disable=import-outside-toplevel
     from convfit_jax.data import batching  # pylint: disable=import-outside-toplevel
-    from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
-    from convfit_jax.train import stage1, state as state_lib  # pylint: disable=import-outside-toplevel
+    from convfit_jax.models import sentence  # pylint: disable=import-outside-toplevel
+    from convfit_jax.models.dual_encoder import DualEncoder  # pylint: disable=import-outside-toplevel
+    from convfit_jax.tokenization import load_tokenizer  # pylint: disable=import-outside-toplevel
+    from convfit_jax.train import optimizer, stage1, trainer, train_state  # pylint: disable=import-outside-toplevel
 
     self.stage1 = stage1
     self.max_length = max_length
-    model, ck = checkpoints.load_sentence_encoder(checkpoints.MINILM)
+    model, ck = sentence.load(hf_io.MINILM)
     self.tokenizer = load_tokenizer(ck.tokenizer_dir)
-    tx, _ = state_lib.make_optimizer(learning_rate=2e-5, total_steps=total_steps, clip_norm=1.0)
+    tx, _ = optimizer.make_optimizer(learning_rate=2e-5, total_steps=total_steps, clip_norm=1.0)
     self.mesh = sharding.make_mesh()
-    # Placed (committed) as the training loop does: an uncommitted first state would
-    # give the first call of each width its own cache entry, compiled again later.
-    state = state_lib.TrainState.create(stage1.DualEncoder(model), tx)
-    self.state = state_lib.place(state, sharding.param_shardings(state, self.mesh))
+    # Placed (committed) as the trainer does: an uncommitted first state would give the
+    # first call of each width its own cache entry, compiled again later.
+    state = train_state.TrainState.create(DualEncoder(model), tx)
+    self.state = train_state.place(state, sharding.param_shardings(state, self.mesh))
     self.cfg = stage1.LossConfig(dropout=True, grad_cache=grad_cache,
                                  chunk_size=chunk_size if grad_cache else None)
-    self.step_fn = stage1.make_train_step(self.mesh, self.cfg)
+    # The Stage 1 task's step, as the trainer jits it.
+    self.step_fn = trainer.make_train_step(
+        functools.partial(stage1.state_loss_and_grads, cfg=self.cfg), self.mesh)
     self.batches = batching.conversation_batches(
         lambda _: pairs, self.tokenizer, batch_size=batch_size, max_length=max_length)
 
@@ -104,10 +110,10 @@ class Theirs:
   def __init__(self, pairs, batch_size: int, max_length: int, cached: bool, chunk_size: int):
     import torch  # pylint: disable=import-outside-toplevel
     from sentence_transformers import SentenceTransformer, losses  # pylint: disable=import-outside-toplevel
-    from convfit_jax import checkpoints  # pylint: disable=import-outside-toplevel
+    from convfit_jax import hf_io  # pylint: disable=import-outside-toplevel
 
     self.torch = torch
-    self.model = SentenceTransformer(str(checkpoints.resolve(checkpoints.MINILM)), device="cpu")
+    self.model = SentenceTransformer(str(hf_io.resolve(hf_io.MINILM)), device="cpu")
     self.model.max_seq_length = max_length
     self.model.train()
     if cached:

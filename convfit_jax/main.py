@@ -1,36 +1,83 @@
 """Command line: `python -m convfit_jax.main --config=configs/<task>.py [--config.x.y=...]`.
 
-Thin on purpose: flags, logging, hand-off to the task named by `config.task`.
+Thin on purpose: flags, the terminal, hand-off to the task named by `config.task`.
+The terminal shows what the run is doing (our own log lines, the progress bar, the
+results, warnings and errors); the full log, libraries included, goes to the run's
+workdir (log.txt). Bad input ends the run with its one-line message and exit status 1;
+`--traceback` shows the full traceback instead.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging as py_logging
+import os
+import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+# transformers advises at import that PyTorch is absent; convfit_jax never needs it.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
                                           lock_config=True)
+_TRACEBACK = flags.DEFINE_bool("traceback", False, "On an error, show the full traceback.")
 
-# task name -> module with `train_and_evaluate(config)`.
+# task name -> "module:function" taking the config.
 TASKS = {
-    "encode": "convfit_jax.tasks.encode",
-    "stage1": "convfit_jax.train.stage1",
-    "stage2": "convfit_jax.train.stage2",
-    "evaluate": "convfit_jax.tasks.evaluate",
-    "protocol": "convfit_jax.tasks.protocol",
+    "encode": "convfit_jax.tasks.encode:run",
+    "evaluate": "convfit_jax.tasks.evaluate:run",
+    "protocol": "convfit_jax.tasks.protocol:run",
+    "stage1": "convfit_jax.train.stage1:train_and_evaluate",
+    "stage2": "convfit_jax.train.stage2:train_and_evaluate",
 }
+# What a user can cause and fix: shown as one line. Anything else is a bug: traceback.
+_USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError, KeyError, TypeError)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _TerminalFilter(py_logging.Filter):
+  """Our INFO lines and everyone's warnings; library INFO (orbax, JAX) and our lines
+  logged with `extra=workdir.FILE_ONLY` only in log.txt."""
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    if record.levelno >= py_logging.WARNING:
+      return True
+    return record.pathname.startswith(_PACKAGE_DIR) and getattr(record, "terminal", True)
+
+
+class _TerminalFormatter(py_logging.Formatter):
+  """The message alone; warnings and errors say which they are."""
+
+  def format(self, record: py_logging.LogRecord) -> str:
+    message = record.getMessage()
+    return message if record.levelno < py_logging.WARNING else f"{record.levelname.lower()}: {message}"
+
+
+def _configure_terminal() -> None:
+  handler = logging.get_absl_handler().python_handler
+  handler.addFilter(_TerminalFilter())
+  handler.setFormatter(_TerminalFormatter())
+  logging.set_verbosity(logging.INFO)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  _configure_terminal()
   config = _CONFIG.value
   if config.task not in TASKS:
     raise app.UsageError(f"config.task={config.task!r}: choose one of {sorted(TASKS)}")
-  logging.info("task %s", config.task)
-  importlib.import_module(TASKS[config.task]).train_and_evaluate(config)
+  module, function = TASKS[config.task].split(":")
+  try:
+    getattr(importlib.import_module(module), function)(config)
+  except _USER_ERRORS as e:
+    if _TRACEBACK.value:
+      raise
+    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    print(f"error: {type(e).__name__}: {message}\n(--traceback shows where)", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from safetensors.numpy import load_file, save_file
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
-from convfit_jax import Encoder, checkpoints, torch_pickle
+from convfit_jax import Encoder, hf_io, torch_pickle
+from convfit_jax.models import sentence
 
 TEXTS = ["how do I top up my card?", "my card was declined", "", "set an alarm for 7 am please",
          "what is the exchange rate between the euro and the dollar right now?"]
@@ -33,7 +34,7 @@ def test_missing_and_unexpected_weights_are_listed(tiny_bert_dir, tmp_path):
     return w
   folder = _copy_with_weights(tiny_bert_dir, tmp_path / "bad", edit)
   with pytest.raises(ValueError) as e:
-    checkpoints.load(folder)
+    hf_io.load(folder)
   assert "encoder.layer.1.output.dense.bias" in str(e.value)
   assert "encoder.layer.0.extra.weight" in str(e.value)
 
@@ -48,8 +49,8 @@ def test_prefixes_gamma_beta_and_heads_are_handled(tiny_bert_dir, tmp_path):
     out["bert.pooler.dense.weight"] = np.zeros((32, 32), np.float32)
     return out
   folder = _copy_with_weights(tiny_bert_dir, tmp_path / "renamed", edit)
-  a = checkpoints.load(tiny_bert_dir).transformer
-  b = checkpoints.load(folder).transformer
+  a = hf_io.load(tiny_bert_dir).transformer
+  b = hf_io.load(folder).transformer
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
@@ -69,8 +70,8 @@ def test_pytorch_bin_folder_loads_without_torch(tiny_bert_dir, tmp_path):
   # torch made the files; a process that cannot import torch reads them.
   code = ("import sys; sys.modules['torch'] = None\n"
           "import numpy as np\n"
-          "from convfit_jax import checkpoints, torch_pickle\n"
-          f"got = checkpoints.load({str(folder)!r}).transformer\n"
+          "from convfit_jax import hf_io, torch_pickle\n"
+          f"got = hf_io.load({str(folder)!r}).transformer\n"
           f"np.savez({str(tmp_path / 'got.npz')!r}, **got)\n"
           f"small = torch_pickle.load_state_dict({str(tmp_path / 'small.bin')!r})\n"
           "assert small['w'].tolist() == [[0, 3], [1, 4], [2, 5]], small['w']\n"
@@ -78,7 +79,7 @@ def test_pytorch_bin_folder_loads_without_torch(tiny_bert_dir, tmp_path):
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   got = np.load(tmp_path / "got.npz")
-  ref = checkpoints.load(tiny_bert_dir).transformer
+  ref = hf_io.load(tiny_bert_dir).transformer
   for k in ref:
     np.testing.assert_array_equal(got[k], ref[k])
 
@@ -95,13 +96,13 @@ def test_pickles_that_run_code_are_refused(tmp_path):
 def test_unresolvable_name_says_where_it_looked(monkeypatch):
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   with pytest.raises(FileNotFoundError) as e:
-    checkpoints.resolve("nobody/no-such-model")
+    hf_io.resolve("nobody/no-such-model")
   msg = str(e.value)
   assert "local folder" in msg and "HF cache" in msg and "HF_HUB_OFFLINE" in msg
 
 
 def test_minilm_name_resolves_to_the_package(minilm_dir):
-  assert checkpoints.resolve("sentence-transformers/all-MiniLM-L6-v2") == minilm_dir
+  assert hf_io.resolve("sentence-transformers/all-MiniLM-L6-v2") == minilm_dir
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
@@ -129,7 +130,7 @@ def test_round_trip_loads_in_transformers_and_sentence_transformers(kind, tiny_b
 
 
 def test_projection_head_exports_as_dense_tanh(tiny_bert_dir, tmp_path):
-  model, ck = checkpoints.load_sentence_encoder(tiny_bert_dir, projection_dim=16, seed=3)
+  model, ck = sentence.load(tiny_bert_dir, projection_dim=16, seed=3)
   tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
   enc = Encoder(model, tok, max_length=32, normalize=True, hf_config=ck.hf_config)
   ref = enc.encode(TEXTS)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from convfit_jax.data import batching, conversations, pairs
-from convfit_jax.tokenize import load_tokenizer
+from convfit_jax.tokenization import load_tokenizer
 
 
 @pytest.fixture(scope="module")

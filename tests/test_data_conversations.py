@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from convfit_jax.data import conversations as conv
-from convfit_jax.data.intent import DataError
+from convfit_jax.data.readers import DataError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

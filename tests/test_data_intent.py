@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convfit_jax.data import intent
-from convfit_jax.data.intent import DataError, DuplicateRowsWarning
+from convfit_jax.data import downloads, intent, readers, sampling
+from convfit_jax.data.readers import DataError, DuplicateRowsWarning
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -39,7 +39,7 @@ def _write(path: Path, text: str | bytes) -> Path:
   ("clinc150", 151, 15100, 5500, 3100),
 ])
 def test_builtin_sets_load_from_vendored_copies(name, labels, train, test, val):
-  data = intent.load_intent_data(name)
+  data = intent.load(name)
   assert data.num_labels == labels
   assert list(data.label_names) == sorted(data.label_names)
   assert (len(data.full_train), len(data.test), len(data.val)) == (train, test, val)
@@ -49,18 +49,18 @@ def test_builtin_sets_load_from_vendored_copies(name, labels, train, test, val):
 
 
 def test_clinc150_oos_is_a_label_and_can_be_left_out():
-  data = intent.load_intent_data("clinc150")
+  data = intent.load("clinc150")
   oos = data.label_names.index("oos")
   assert int((data.test.labels == oos).sum()) == 1000
-  in_scope = intent.load_intent_data("clinc150", include_oos=False)
+  in_scope = intent.load("clinc150", include_oos=False)
   assert "oos" not in in_scope.label_names and len(in_scope.test) == 4500
 
 
 def test_train_minus_val_split():
-  data = intent.load_intent_data("banking77", train_split="train_minus_val")
+  data = intent.load("banking77", train_split="train_minus_val")
   assert len(data.full_train) == 8622
   with pytest.raises(ValueError, match="train_split"):
-    intent.load_intent_data("banking77", train_split="dev")
+    intent.load("banking77", train_split="dev")
 
 
 def test_data_dir_is_searched_before_the_vendored_copy(tmp_path):
@@ -68,79 +68,79 @@ def test_data_dir_is_searched_before_the_vendored_copy(tmp_path):
   folder.mkdir()
   for f in ("train.csv", "val.csv", "test.csv", "train_minus_val.csv"):
     _write(folder / f, "text,label\nwake me up at 7,alarm_set\nplay jazz,play_music\n")
-  data = intent.load_intent_data("hwu64", data_dir=tmp_path)
+  data = intent.load("hwu64", data_dir=tmp_path)
   assert data.label_names == ("alarm_set", "play_music") and len(data.test) == 2
   assert intent.dataset_dir("hwu64", data_dir=tmp_path / "absent") == intent.VENDOR_DIR / "hwu64"
 
 
 def test_unknown_dataset_lists_known_ones():
   with pytest.raises(ValueError, match="banking77, clinc150, hwu64, csv"):
-    intent.load_intent_data("banking78")
+    intent.load("banking78")
 
 
 def test_few_shot_counts_and_determinism():
-  a = intent.load_intent_data("banking77", shots=10, seed=0)
-  b = intent.load_intent_data("banking77", shots=10, seed=0)
-  c = intent.load_intent_data("banking77", shots=10, seed=1)
+  a = intent.load("banking77", shots=10, seed=0)
+  b = intent.load("banking77", shots=10, seed=0)
+  c = intent.load("banking77", shots=10, seed=1)
   assert len(a.train) == 770
   assert np.bincount(a.train.labels, minlength=77).tolist() == [10] * 77
   assert a.train.texts == b.train.texts and a.train.texts != c.train.texts
-  thirty = intent.load_intent_data("banking77", shots=30, seed=0)
+  thirty = intent.load("banking77", shots=30, seed=0)
   assert set(a.train.texts) <= set(thirty.train.texts)
 
 
 def test_few_shot_is_the_same_in_a_fresh_process():
   code = ("import warnings; warnings.simplefilter('ignore');"
           "from convfit_jax.data import intent;"
-          "d = intent.load_intent_data('hwu64', shots=5, seed=2);"
+          "d = intent.load('hwu64', shots=5, seed=2);"
           "print('|'.join(d.train.texts[:20]))")
   # A different hash seed: nothing may depend on Python's string hashing.
   env = dict(os.environ, PYTHONHASHSEED="123")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env=env,
                        cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-  here = intent.load_intent_data("hwu64", shots=5, seed=2)
+  here = intent.load("hwu64", shots=5, seed=2)
   assert out == "|".join(here.train.texts[:20])
 
 
 def test_few_shot_ignores_row_order():
   texts = [f"t{i}" for i in range(40)]
   labels = np.array([i % 2 for i in range(40)])
-  idx = intent.few_shot_indices(texts, labels, ["a", "b"], 5, seed=3)
-  rev = intent.few_shot_indices(texts[::-1], labels[::-1], ["a", "b"], 5, seed=3)
+  idx = sampling.few_shot_indices(texts, labels, ["a", "b"], 5, seed=3)
+  rev = sampling.few_shot_indices(texts[::-1], labels[::-1], ["a", "b"], 5, seed=3)
   assert sorted(texts[i] for i in idx) == sorted(texts[::-1][i] for i in rev)
 
 
 def test_too_few_examples_names_the_label_unless_allowed():
   with pytest.raises(ValueError, match="label 'balance' has 3 training examples, fewer than shots=4"):
-    intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.csv",
+    intent.load("csv", train_file=FIXTURES / "intent_train.csv",
                             test_file=FIXTURES / "intent_test.csv", shots=4)
-  data = intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.csv",
+  data = intent.load("csv", train_file=FIXTURES / "intent_train.csv",
                                  test_file=FIXTURES / "intent_test.csv", shots=4, allow_fewer=True)
   assert len(data.train) == 9
 
 
 def test_pool_is_configured_separately():
-  data = intent.load_intent_data("banking77", shots=10, seed=0, pool_shots=30)
+  data = intent.load("banking77", shots=10, seed=0, pool_shots=30)
   assert len(data.train) == 770 and len(data.pool) == 2310
   assert set(data.train.texts) <= set(data.pool.texts)
-  full = intent.load_intent_data("banking77", shots=10, pool_shots=0)
+  full = intent.load("banking77", shots=10, pool_shots=0)
   assert len(full.pool) == 10003
 
 
 def test_user_csv_tsv_jsonl_with_custom_columns():
-  csv_data = intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.csv",
+  csv_data = intent.load("csv", train_file=FIXTURES / "intent_train.csv",
                                      test_file=FIXTURES / "intent_test.csv")
   assert csv_data.label_names == ("balance", "card", "pin")
   assert csv_data.full_train.texts[1] == "i forgot my pin, help"
   assert csv_data.test.labels.tolist() == [2, 1, 0]
-  tsv = intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.tsv",
+  tsv = intent.load("csv", train_file=FIXTURES / "intent_train.tsv",
                                 test_file=FIXTURES / "intent_train.jsonl",
                                 text_column="utterance", label_column="intent")
   assert tsv.full_train.texts[0] == 'how do i reset my "pin"'
   assert tsv.test.labels.tolist() == [1, 1, 0, 0]
   with pytest.raises(ValueError, match="train_file and test_file"):
-    intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.csv")
+    intent.load("csv", train_file=FIXTURES / "intent_train.csv")
 
 
 def test_from_config_uses_the_issue_field_names():
@@ -159,59 +159,59 @@ def test_from_config_uses_the_issue_field_names():
 def test_missing_column(tmp_path):
   f = _write(tmp_path / "t.csv", "sentence,label\nhello,a\n")
   with pytest.raises(DataError, match=r"t\.csv:1: missing column\(s\) 'text'"):
-    intent.read_labelled_file(f)
+    readers.read_labelled_file(f)
 
 
 def test_empty_text(tmp_path):
   f = _write(tmp_path / "t.csv", "text,label\nhello,a\n  ,b\n")
   with pytest.raises(DataError, match=r"t\.csv:3: empty text"):
-    intent.read_labelled_file(f)
+    readers.read_labelled_file(f)
 
 
 def test_wrong_number_of_fields(tmp_path):
   f = _write(tmp_path / "t.tsv", "text\tlabel\nhello\ta\nhi\tb\textra\n")
   with pytest.raises(DataError, match=r"t\.tsv:3: 3 fields, the header has 2"):
-    intent.read_labelled_file(f)
+    readers.read_labelled_file(f)
   g = _write(tmp_path / "t.csv", "text,label\nhello,a\nhi, there,b\n")
   with pytest.raises(DataError, match=r"t\.csv:3: 3 fields"):
-    intent.read_labelled_file(g)
+    readers.read_labelled_file(g)
 
 
 def test_invalid_utf8(tmp_path):
   f = _write(tmp_path / "t.csv", b"text,label\nhello,a\ncaf\xe9,b\n")
   with pytest.raises(DataError, match=r"t\.csv:3: invalid UTF-8"):
-    intent.read_labelled_file(f)
+    readers.read_labelled_file(f)
 
 
 def test_invalid_json(tmp_path):
   f = _write(tmp_path / "t.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", \n')
   with pytest.raises(DataError, match=r"t\.jsonl:2: invalid JSON"):
-    intent.read_labelled_file(f)
+    readers.read_labelled_file(f)
 
 
 def test_label_in_test_not_in_train(tmp_path):
   test = _write(tmp_path / "test.csv", "text,label\nbalance please,balance\nopen account,new_account\n")
   with pytest.raises(DataError, match=r"test\.csv:3: label 'new_account' does not occur"):
-    intent.load_intent_data("csv", train_file=FIXTURES / "intent_train.csv", test_file=test)
+    intent.load("csv", train_file=FIXTURES / "intent_train.csv", test_file=test)
 
 
 def test_duplicated_rows_warn_with_count(tmp_path):
   f = _write(tmp_path / "t.csv", "text,label\nhello,a\nhi,b\nhello,a\nhi,b\nhi,c\n")
   with pytest.warns(DuplicateRowsWarning, match=r"t\.csv: 2 duplicated row\(s\) kept "
                                                 r"\(first: line 4 repeats line 2\)"):
-    rows = intent.read_labelled_file(f)
+    rows = readers.read_labelled_file(f)
   assert len(rows.texts) == 5
 
 
 def test_fetch_file_checks_sha256_and_caches(tmp_path):
   src = _write(tmp_path / "train.csv", "text,label\nhi,a\n")
   digest = hashlib.sha256(src.read_bytes()).hexdigest()
-  cached = intent.fetch_file(src.as_uri(), digest, tmp_path / "cache")
+  cached = downloads.fetch_file(src.as_uri(), digest, tmp_path / "cache")
   assert cached.read_bytes() == src.read_bytes()
   src.unlink()  # a second call must use the cache
-  assert intent.fetch_file(src.as_uri(), digest, tmp_path / "cache") == cached
+  assert downloads.fetch_file(src.as_uri(), digest, tmp_path / "cache") == cached
   with pytest.raises(DataError, match="sha256"):
-    intent.fetch_file((tmp_path / "cache" / "train.csv").as_uri(), "0" * 64, tmp_path / "other")
+    downloads.fetch_file((tmp_path / "cache" / "train.csv").as_uri(), "0" * 64, tmp_path / "other")
   assert not (tmp_path / "other" / "train.csv").exists()
 
 
@@ -223,7 +223,7 @@ def test_dataset_dir_downloads_when_no_local_copy(tmp_path, monkeypatch):
     path = _write(remote / f, "text,label\nhi,greet\nbye,leave\n")
     urls[f] = (path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest())
   monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
-  data = intent.load_intent_data("banking77", urls=urls, cache_dir=tmp_path / "cache")
+  data = intent.load("banking77", urls=urls, cache_dir=tmp_path / "cache")
   assert data.label_names == ("greet", "leave")
 
 
@@ -370,7 +370,7 @@ _CLINC_CONVERTED = {
 
 def _online_without_vendor(tmp_path, monkeypatch):
   """Downloads allowed, the vendored copies hidden; returns an empty folder for the 'remote' files."""
-  for var in intent.OFFLINE_ENV_VARS:
+  for var in downloads.OFFLINE_ENV_VARS:
     monkeypatch.delenv(var, raising=False)
   monkeypatch.setattr(intent, "VENDOR_DIR", tmp_path / "no_vendor")
   remote = tmp_path / "remote"
@@ -393,7 +393,7 @@ def upstream(tmp_path, monkeypatch):
 def test_upstream_download_converts_verifies_and_caches(upstream):
   import json  # pylint: disable=import-outside-toplevel
   raw, cache = upstream
-  data = intent.load_intent_data("clinc150", cache_dir=cache)
+  data = intent.load("clinc150", cache_dir=cache)
   assert data.label_names == ("balance", "oos", "play_music")
   assert data.full_train.texts[:2] == ("what's my balance", "play some jazz")
   assert data.test.texts[1] == 'say "hi", then stop' and len(data.test) == 3
@@ -409,7 +409,7 @@ def test_upstream_download_converts_verifies_and_caches(upstream):
   raw.unlink()
   with pytest.MonkeyPatch.context() as m:
     m.setenv("CONVFIT_OFFLINE", "1")
-    again = intent.load_intent_data("clinc150", cache_dir=cache)
+    again = intent.load("clinc150", cache_dir=cache)
   assert again.full_train.texts == data.full_train.texts
 
 
@@ -450,7 +450,7 @@ def test_offline_lists_what_was_tried(upstream, monkeypatch, tmp_path, var):
   raw, cache = upstream
   monkeypatch.setenv(var, "1")
   with pytest.raises(FileNotFoundError) as err:
-    intent.load_intent_data("clinc150", data_dir=tmp_path / "mine", cache_dir=cache)
+    intent.load("clinc150", data_dir=tmp_path / "mine", cache_dir=cache)
   msg = str(err.value)
   for part in (str(tmp_path / "mine" / "clinc150"), str(tmp_path / "no_vendor" / "clinc150"),
                str(cache / "upstream" / "clinc150"), raw.as_uri(), f"{var}=1"):
@@ -486,7 +486,7 @@ def test_hwu64_upstream_pipeline_concatenates_sorted_files(tmp_path, monkeypatch
   expected = {f: _sha(scratch / f) for f in sources.SOURCES["hwu64"].sha256}
   monkeypatch.setitem(sources.SOURCES, "hwu64",
                       sources.Source(urls, sources.convert_hwu64, expected))
-  data = intent.load_intent_data("hwu64", cache_dir=tmp_path / "cache",
+  data = intent.load("hwu64", cache_dir=tmp_path / "cache",
                                  train_split="train_minus_val")
   folder = tmp_path / "cache" / "upstream" / "hwu64"
   train_rows = _csv_rows(folder / "train.csv")[1:]
@@ -525,7 +525,7 @@ def test_banking77_upstream_pipeline_builds_the_val_split(tmp_path, monkeypatch)
   expected = {f: _sha(scratch / f) for f in sources.SOURCES["banking77"].sha256}
   monkeypatch.setitem(sources.SOURCES, "banking77",
                       sources.Source(urls, sources.convert_banking77, expected))
-  data = intent.load_intent_data("banking77", cache_dir=tmp_path / "cache",
+  data = intent.load("banking77", cache_dir=tmp_path / "cache",
                                  train_split="train_minus_val")
   folder = tmp_path / "cache" / "upstream" / "banking77"
   train_rows = _csv_rows(folder / "train.csv")[1:]

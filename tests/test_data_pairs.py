@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from convfit_jax.data import intent, pairs
-from convfit_jax.data.intent import DuplicateRowsWarning
+from convfit_jax.data.readers import DuplicateRowsWarning
 
 
 @pytest.fixture(scope="module")
 def banking_10shot():
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", DuplicateRowsWarning)
-    return intent.load_intent_data("banking77", shots=10, seed=0)
+    return intent.load("banking77", shots=10, seed=0)
 
 
 def test_banking77_10shot_paper_counts(banking_10shot):

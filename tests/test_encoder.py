@@ -4,12 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from flax import nnx
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
 from convfit_jax import Encoder
-from convfit_jax.tokenize import bucket_widths
+from convfit_jax.tokenization import bucket_widths
 
 SENTENCES = [
     "how do I top up my card?", "my card was declined", "I still haven't received my new card",
@@ -59,7 +58,7 @@ def test_bucketed_padding_equals_unpadded_encoding(encoder):
   unpadded = []
   for s in SENTENCES[:4]:
     ids = np.asarray(encoder.tokenizer([s])["input_ids"], np.int32)
-    unpadded.append(np.asarray(encoder._embed(nnx.state(encoder.model), ids, np.ones_like(ids)))[0])
+    unpadded.append(np.asarray(encoder.model(ids, np.ones_like(ids)))[0])
   unpadded = np.stack(unpadded)
   unpadded /= np.linalg.norm(unpadded, axis=1, keepdims=True)
   np.testing.assert_allclose(batched[:4], unpadded, atol=1e-5)

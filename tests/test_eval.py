@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from convfit_jax.eval import metrics, mlp, plots
+from convfit_jax.evaluators import metrics, mlp, plots
 
 
 def _predictions(seed=0, n=300, labels=9):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from convfit_jax import knn
+from convfit_jax.evaluators import knn
 from convfit_jax.sharding import make_mesh
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from convfit_jax import checkpoints
+from convfit_jax.models import sentence
 from convfit_jax.data import packing
 
 
@@ -50,7 +50,7 @@ def _sentences(rng, n, width, pad, left=False):
 @pytest.mark.parametrize("kind, pooling", [("bert", "mean"), ("roberta", "mean"), ("bert", "cls")])
 def test_packed_encodings_and_gradients_equal_padded(kind, pooling, tiny_bert_dir, tiny_roberta_dir):
   folder = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
-  model, ck = checkpoints.load_sentence_encoder(folder, projection_dim=8)
+  model, ck = sentence.load(folder, projection_dim=8)
   model.pooling = pooling
   rng = np.random.default_rng(0)
   # Left padding only for RoBERTa: HF BERT numbers positions from the padding, so a

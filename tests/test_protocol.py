@@ -8,12 +8,13 @@ from convfit_jax.tasks import protocol
 
 def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   c = protocol_config.get_config(f"datasets=banking77,shots=2,seeds=0+1,losses=ocl,"
-                                 f"init_from={tiny_bert_dir},max_steps=2")
-  c.workdir = str(tmp_path)
-  c.max_test = 40
-  c.batch_size = 8
-  c.extra_pools = (5,)
-  results = protocol.train_and_evaluate(c)
+                                 f"init_from={tiny_bert_dir},workdir={tmp_path}")
+  assert (c.shots, c.seeds, c.losses) == ((2,), (0, 1), ("ocl",))  # typed, no string round trip
+  c.stage2.train.max_steps = 2
+  c.stage2.evals.knn.max_test = 40
+  c.stage2.train.batch_size = 8
+  c.stage2.evals.knn.extra_pools = (5,)
+  results = protocol.run(c)
   assert [(r["seed"], r["loss"], r["shots"]) for r in results] == [(0, "ocl", 2), (1, "ocl", 2)]
   assert (tmp_path / "banking77_2shot_ocl_seed1" / "model" / "model.safetensors").is_file()
   assert json.loads((tmp_path / "results.json").read_text()) == results

@@ -17,13 +17,15 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 import multihost
-from configs import stage2 as stage2_config
+from convfit_jax.configs import stage2 as stage2_config
 from convfit_jax import sharding
 from convfit_jax.data import batching, pairs as pairs_lib
 from convfit_jax.models import heads
+from convfit_jax.models.dual_encoder import DualEncoder
 from convfit_jax.models.sentence import SentenceEncoder
+from convfit_jax.models.siamese import SiameseEncoder
 from convfit_jax.models.transformer import TransformerConfig
-from convfit_jax.train import stage1, stage2, state as state_lib
+from convfit_jax.train import checkpointing, optimizer, stage1, stage2, trainer, train_state
 
 M = sharding.MODEL
 # Per-layer kernels at or above the 2**14-element threshold (attention 128x128, FFN
@@ -54,8 +56,8 @@ def _assert_placed_as(tree, shardings):
 def test_param_shardings_split_large_arrays_over_model(model_parallel, embedding, ffn_in):
   mesh = sharding.make_mesh(model_parallel)
   model = SentenceEncoder(CFG, rngs=nnx.Rngs(0), projection_dim=64)
-  tx, _ = state_lib.make_optimizer(learning_rate=1e-3, total_steps=10)
-  state = state_lib.TrainState.create(model, tx)
+  tx, _ = optimizer.make_optimizer(learning_rate=1e-3, total_steps=10)
+  state = train_state.TrainState.create(model, tx)
   shardings = sharding.param_shardings(state, mesh)
   specs = _specs(shardings.params)
   tf = specs["transformer"]
@@ -77,7 +79,7 @@ def test_param_shardings_split_large_arrays_over_model(model_parallel, embedding
   odd = sharding.param_shardings({"w": jax.ShapeDtypeStruct((129, 127), np.float32)}, mesh)
   assert odd["w"].spec == P()
 
-  placed = state_lib.place(state, shardings)
+  placed = train_state.place(state, shardings)
   num_sharded = 0
   for x, spec in zip(jax.tree.leaves(placed), jax.tree.leaves(_specs(shardings))):
     expected = tuple(n // model_parallel if axis == M else n
@@ -98,18 +100,19 @@ def test_model_parallel_one_replicates_everything():
 
 def test_checkpoint_restores_a_sharded_state_sharded(tmp_path):
   mesh = sharding.make_mesh(2)
-  tx, _ = state_lib.make_optimizer(learning_rate=1e-3, total_steps=10)
+  tx, _ = optimizer.make_optimizer(learning_rate=1e-3, total_steps=10)
 
   def placed_state(seed):
-    state = state_lib.TrainState.create(SentenceEncoder(CFG, rngs=nnx.Rngs(seed)), tx, seed=seed)
-    return state_lib.place(state, sharding.param_shardings(state, mesh))
+    state = train_state.TrainState.create(SentenceEncoder(CFG, rngs=nnx.Rngs(seed)), tx, seed=seed)
+    return train_state.place(state, sharding.param_shardings(state, mesh))
 
   saved = placed_state(0)
-  ckpt = state_lib.Checkpointer(tmp_path, save_every=1)
+  ckpt = checkpointing.Checkpointer(tmp_path, save_every=1)
   ckpt.save(saved, force=True)
-  ckpt.wait()
+  ckpt.close()
   fresh = placed_state(1)
-  restored = ckpt.restore_or_init(fresh)
+  ckpt = checkpointing.Checkpointer(tmp_path, save_every=1)
+  restored, _ = ckpt.restore_or_init(fresh)
   ckpt.close()
   _assert_placed_as(restored, sharding.param_shardings(fresh, mesh))
   assert _max_diff(fresh.params, saved.params) > 1e-3
@@ -139,21 +142,21 @@ def _stage2_run(model_parallel):
   mesh = sharding.make_mesh(model_parallel)
   config = stage2_config.get_config("loss=smax")
   config.train.learning_rate = 1e-3
-  model = stage2.PairModel(SentenceEncoder(CFG, rngs=nnx.Rngs(0), projection_dim=64),
-                           heads.PairClassifier(64, rngs=nnx.Rngs(1)))
-  state, _ = stage2.init_state(config, model, total_steps=10, mesh=mesh)
+  model = SiameseEncoder(SentenceEncoder(CFG, rngs=nnx.Rngs(0), projection_dim=64),
+                         heads.PairClassifier(64, rngs=nnx.Rngs(1)))
+  state, _ = trainer.init_state(config, model, total_steps=10, mesh=mesh)
   shardings = sharding.param_shardings(state, mesh)
   _assert_placed_as(state, shardings)
   initial = jax.device_get(state.params)
-  # As stage2.train_and_evaluate jits it.
-  step_fn = jax.jit(functools.partial(stage2.train_step, loss="smax", margin=config.train.margin),
-                    out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
+  # As the trainer jits the Stage 2 task's step.
+  step_fn = trainer.make_train_step(
+      functools.partial(stage2.loss_and_grads, loss="smax", margin=config.train.margin), mesh)
   losses = []
   for seed in range(2):
     state, out = step_fn(state, sharding.global_batch(_stage2_batch(seed), mesh))
     losses.append(float(out["loss"]))
   _assert_placed_as(state, shardings)
-  return losses, initial, state.host_params()
+  return losses, initial, state.host_arrays()[0]
 
 
 def test_stage2_step_with_sharded_params_equals_replicated():
@@ -175,22 +178,22 @@ def _stage1_batch(seed):
 
 
 def _stage1_run(mesh):
-  """Two Stage 1 steps through `make_train_step` (gradient cache, 2 chunks, dropout)."""
-  tx, _ = state_lib.make_optimizer(learning_rate=1e-3, total_steps=10)
-  state = state_lib.TrainState.create(stage1.DualEncoder(SentenceEncoder(CFG, rngs=nnx.Rngs(0))), tx)
+  """Two Stage 1 steps through `trainer.make_train_step` (gradient cache, 2 chunks, dropout)."""
+  tx, _ = optimizer.make_optimizer(learning_rate=1e-3, total_steps=10)
+  state = train_state.TrainState.create(DualEncoder(SentenceEncoder(CFG, rngs=nnx.Rngs(0))), tx)
   shardings = sharding.param_shardings(state, mesh)
-  state = state_lib.place(state, shardings)
+  state = train_state.place(state, shardings)
   initial = jax.device_get(state.params)
   cfg = stage1.LossConfig(dropout=True, grad_cache=True, chunk_size=B // 2,
                           data_shards=mesh.shape[sharding.DATA])
-  step_fn = stage1.make_train_step(mesh, cfg)
+  step_fn = trainer.make_train_step(functools.partial(stage1.state_loss_and_grads, cfg=cfg), mesh)
   losses = []
   for seed in range(2):
     batch = stage1.device_batch(batching.ConversationBatch(**_stage1_batch(seed)), mesh, cfg)
     state, out = step_fn(state, batch)
     losses.append(float(out["loss"]))
   _assert_placed_as(state, shardings)
-  return losses, initial, state.host_params()
+  return losses, initial, state.host_arrays()[0]
 
 
 def test_stage1_step_with_sharded_params_equals_replicated():
@@ -211,21 +214,21 @@ def _linear():
 
 
 def _worker(process_id: int, out_dir: str) -> None:
-  """One of 2 processes: writes its `host_params()` of a model-sharded state to p{process_id}.npz."""
+  """One of 2 processes: writes its `host_arrays()` params of a model-sharded state to p{process_id}.npz."""
   mesh = sharding.make_mesh(model_parallel=8)  # the model axis spans both processes
-  state = state_lib.TrainState.create(_linear(), optax.sgd(0.1))
-  state = state_lib.place(state, sharding.param_shardings(state, mesh))
+  state = train_state.TrainState.create(_linear(), optax.sgd(0.1))
+  state = train_state.place(state, sharding.param_shardings(state, mesh))
   kernel = state.params["kernel"]
   assert kernel.sharding.spec == P(M, None) and not kernel.is_fully_addressable
-  try:  # why host_params gathers across processes instead of calling device_get
+  try:  # why host_arrays gathers across processes instead of calling device_get
     jax.device_get(kernel)
     raise AssertionError("device_get fetched an array with pieces on the other process")
   except RuntimeError:
     pass
-  np.savez(Path(out_dir) / f"p{process_id}.npz", **jax.device_get(state.host_params()))
+  np.savez(Path(out_dir) / f"p{process_id}.npz", **jax.device_get(state.host_arrays()[0]))
 
 
-def test_host_params_gathers_a_model_axis_spanning_two_processes(tmp_path):
+def test_host_arrays_gathers_a_model_axis_spanning_two_processes(tmp_path):
   multihost.launch(__file__, tmp_path)
   expected = nnx.to_pure_dict(nnx.state(_linear(), nnx.Param))
   for i in range(2):

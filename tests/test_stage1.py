@@ -17,7 +17,9 @@ from flax import nnx
 import multihost
 from convfit_jax import sharding
 from convfit_jax.data import batching
+from convfit_jax import losses
 from convfit_jax.losses import mneg_loss
+from convfit_jax.models.dual_encoder import DualEncoder, ResponseFeedForward
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.transformer import TransformerConfig
 from convfit_jax.train import stage1
@@ -30,7 +32,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 
 
 def _dual(seed=0, **kw):
-  return stage1.DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(seed)), **kw)
+  return DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(seed)), **kw)
 
 
 def _split(model):
@@ -61,7 +63,7 @@ def _packed(batch, cfg, processes=1, process=0):
   n = len(batch["weights"])
   part = lambda p: batching.ConversationBatch(
       **{k: v[p * n // processes:(p + 1) * n // processes] for k, v in batch.items()})
-  shards, chunks = cfg.data_shards // processes, stage1._num_chunks(n, cfg)  # pylint: disable=protected-access
+  shards, chunks = cfg.data_shards // processes, cfg.num_chunks(n)
   rows = max(batching.conversation_rows(part(p), chunks=chunks, shards=shards, width=L)
              for p in range(processes))
   return batching.pack_conversation_batch(part(process), chunks=chunks, shards=shards, rows=rows,
@@ -142,7 +144,7 @@ def test_grad_cache_equals_uncached_with_dropout():
   assert _max_diff(other, cached) > 1e-4
 
   # Per-layer remat composes: same numbers.
-  remat_model = stage1.DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(0), remat=True))
+  remat_model = DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(0), remat=True))
   graphdef_r, params_r = _split(remat_model)
   _assert_trees_close(params_r, params, tol=0)
   loss_r, grads_r = jax.jit(lambda p, b, k: stage1.loss_and_grads(
@@ -154,8 +156,8 @@ def test_grad_cache_equals_uncached_with_dropout():
 
 def test_grad_cache_sharded_with_response_tower_and_ff():
   base = SentenceEncoder(TINY, rngs=nnx.Rngs(0))
-  model = stage1.DualEncoder(base, response=nnx.clone(base),
-                             response_ff=stage1.ResponseFeedForward(32, 16, rngs=nnx.Rngs(1)))
+  model = DualEncoder(base, response=nnx.clone(base),
+                             response_ff=ResponseFeedForward(32, 16, rngs=nnx.Rngs(1)))
   # Give the zero-initialised FF output a non-zero kernel so its gradient path is exercised.
   model.response_ff.down.kernel[...] = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (16, 32))
   graphdef, params = _split(model)
@@ -184,7 +186,7 @@ def test_identical_responses_are_masked_as_false_negatives():
   batch["response_mask"][13] = batch["response_mask"][1]
   batch["response_ids"][13, batch["response_mask"][1] == 0] = 7
   hashes = batching.token_hashes(batch["response_ids"], batch["response_mask"])
-  ids = np.asarray(stage1.duplicate_ids(jnp.asarray(hashes)))
+  ids = np.asarray(losses.duplicate_ids(jnp.asarray(hashes)))
   expected = np.arange(B)
   expected[[5, 9, 13]] = 1
   np.testing.assert_array_equal(ids, expected)
@@ -209,20 +211,21 @@ def test_identical_responses_are_masked_as_false_negatives():
 
 def _tiny_folder(tmp_path):
   """A tiny random BERT folder with the MiniLM tokenizer (vocab 30522)."""
-  from convfit_jax import checkpoints  # pylint: disable=import-outside-toplevel
+  from convfit_jax import hf_io  # pylint: disable=import-outside-toplevel
   from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
-  from convfit_jax.tokenize import load_tokenizer  # pylint: disable=import-outside-toplevel
-  tok = load_tokenizer(checkpoints.resolve(checkpoints.MINILM))
+  from convfit_jax.tokenization import load_tokenizer  # pylint: disable=import-outside-toplevel
+  tok = load_tokenizer(hf_io.resolve(hf_io.MINILM))
   config = dict(model_type="bert", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+  model = SentenceEncoder(TransformerConfig.from_hf_dict(config), rngs=nnx.Rngs(0))
   folder = tmp_path / "tiny"
-  Encoder.from_config(config, tok, init="normal", max_length=24).save_pretrained(folder)
+  Encoder(model, tok, max_length=24, hf_config=config).save_pretrained(folder)
   return folder
 
 
 def _e2e_config(tmp_path, folder, train, workdir):
-  import configs.stage1  # pylint: disable=import-outside-toplevel
-  c = configs.stage1.get_config("runlocal")
+  from convfit_jax.configs import stage1 as stage1_config  # pylint: disable=import-outside-toplevel
+  c = stage1_config.get_config("runlocal")
   c.workdir = str(workdir)
   c.model.init_from = str(folder)
   c.model.max_length = 24
@@ -236,14 +239,13 @@ def _e2e_config(tmp_path, folder, train, workdir):
   c.train.checkpoint_every = 2
   c.train.keep_checkpoints = 5
   c.train.log_every = 2
-  c.eval.file = str(FIXTURES / "sgd_test_rs100.jsonl")
-  c.eval.num_cases = 6
-  c.eval.every = 4
+  c.evals.response_selection.file = str(FIXTURES / "sgd_test_rs100.jsonl")
+  c.evals.response_selection.num_cases = 6
+  c.evals.response_selection.every = 4
   return c
 
 
 def test_train_and_evaluate_end_to_end_and_resume(tmp_path):
-  sys.path.insert(0, str(REPO))
   from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
   folder, train = _tiny_folder(tmp_path), FIXTURES / "sgd_train.tsv"
   c = _e2e_config(tmp_path, folder, train, tmp_path / "run")

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from convfit_jax.data import intent
-from convfit_jax.data.intent import DuplicateRowsWarning
+from convfit_jax.data.readers import DuplicateRowsWarning
 
 tfds = pytest.importorskip("tensorflow_datasets")
 from convfit_jax.data import tfds_builders  # pylint: disable=unused-import,wrong-import-position
@@ -20,7 +20,7 @@ def test_banking77_builds_and_reads_back(tmp_path):
     warnings.simplefilter("ignore", DuplicateRowsWarning)
     builder = tfds.builder("banking77", data_dir=tmp_path)
     builder.download_and_prepare()
-    data = intent.load_intent_data("banking77")
+    data = intent.load("banking77")
   assert "tensorflow" not in sys.modules
   names = builder.info.features["label"].names
   assert tuple(names) == data.label_names

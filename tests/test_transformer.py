@@ -8,7 +8,7 @@ import torch
 from flax import nnx
 from transformers import AutoModel
 
-from convfit_jax import checkpoints
+from convfit_jax.models import sentence
 from convfit_jax.models.sentence import SentenceEncoder, flat_params
 from convfit_jax.models.transformer import TransformerConfig, position_ids_for
 
@@ -35,7 +35,7 @@ def _ids(rng, pad, vocab, lengths, width, left=()):
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 def test_hidden_states_match_torch(kind, tiny_bert_dir, tiny_roberta_dir):
   folder = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
-  model, ck = checkpoints.load_sentence_encoder(folder)
+  model, ck = sentence.load(folder)
   rng = np.random.default_rng(0)
   pad = ck.config.pad_token_id
   # Rows 1 and 3 are left-padded: RoBERTa's position ids must skip the padding.

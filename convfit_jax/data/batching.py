@@ -34,7 +34,7 @@ import numpy as np
 from convfit_jax.data import packing
 from convfit_jax.data.conversations import Conversation
 from convfit_jax.data.pairs import Pairs
-from convfit_jax.tokenize import tokenize
+from convfit_jax.tokenization import tokenize
 
 T = TypeVar("T")
 

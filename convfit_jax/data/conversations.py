@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from convfit_jax.data.intent import DataError, file_format, json_objects, read_rows
+from convfit_jax.data.readers import DataError, file_format, json_objects, read_rows
 
 EOU = " __eou__ "
 T = TypeVar("T")
@@ -173,6 +173,12 @@ class ResponseSelectionSet:
 
   def __len__(self) -> int:
     return len(self.contexts)
+
+  def subset(self, indices: np.ndarray) -> ResponseSelectionSet:
+    """The cases at `indices` ([m] int), in that order."""
+    pick = lambda xs: tuple(xs[i] for i in indices)
+    return ResponseSelectionSet(pick(self.contexts), pick(self.histories), pick(self.candidates),
+                                self.labels[np.asarray(indices, np.int64)])
 
 
 def read_response_selection(path: str | os.PathLike) -> ResponseSelectionSet:

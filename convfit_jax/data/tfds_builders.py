@@ -7,7 +7,7 @@ Importing this module registers the three builders, after which
 
 work with no TensorFlow installed: files are written as array_record and read
 back through `as_data_source`. Features: `text` (Text) and `label` (ClassLabel
-over the same sorted vocabulary as `intent.load_intent_data`, so ids agree;
+over the same sorted vocabulary as `intent.load`, so ids agree;
 clinc150's includes 'oos'). Splits are the vendored files: train, val, test and
 (banking77, hwu64) train_minus_val; clinc150's out-of-scope files are splits of
 their own (oos_train, oos_val, oos_test).
@@ -15,12 +15,10 @@ their own (oos_train, oos_val, oos_test).
 
 from __future__ import annotations
 
-import warnings
-
 import tensorflow_datasets as tfds
 from etils import epath
 
-from convfit_jax.data import intent
+from convfit_jax.data import intent, readers
 
 _CITATIONS = {
   "banking77": "Casanueva et al. 2020, Efficient Intent Detection with Dual Sentence Encoders "
@@ -45,11 +43,9 @@ class _IntentBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     # TFRecord, tfds' default, needs TensorFlow to write; array_record does not.
     super().__init__(file_format=file_format or "array_record", **kwargs)
 
-  def _read(self, path: str) -> intent.LabelledFile:
+  def _read(self, path: str) -> readers.LabelledFile:
     # The vendored files' repeats are known (see the data README) and kept.
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", intent.DuplicateRowsWarning)
-      return intent.read_labelled_file(path)
+    return readers.read_labelled_file(path, warn_duplicates=False)
 
   def _files(self) -> dict[str, str]:
     folder = intent.dataset_dir(self.name)

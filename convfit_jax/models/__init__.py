@@ -1,2 +1,55 @@
-"""Encoders and heads. New encoders (a cross-attention reranker, a convolutional
-encoder) are new files here that return [batch, dim] sentence vectors."""
+"""Models by name, as big_vision chooses them: `config.model.name` is a module here.
+
+Each model module exposes `build(model_config, *, seed, **task_options) -> Built`: the
+network with its weights (pretrained, from a run's output, or random) and what turns
+texts into its inputs. Tasks call `get(config.model.name).build(...)`; a new model is
+a new file here with a `build` function, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from types import ModuleType
+from typing import Any
+
+from flax import nnx
+
+
+@dataclasses.dataclass
+class Built:
+  """A model and what goes with it.
+
+  Attributes:
+    model: the network.
+    tokenizer: a transformers fast tokenizer (None for models that need none).
+    hf_config: the pretrained config.json dict, written back on export.
+    normalize: whether the pretrained pipeline L2-normalises its sentence vectors.
+  """
+  model: nnx.Module
+  tokenizer: Any = None
+  hf_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+  normalize: bool = False
+
+
+def names() -> list[str]:
+  """The model modules of this package that define `build`."""
+  found = []
+  for info in pkgutil.iter_modules(__path__):
+    if importlib.import_module(f"{__name__}.{info.name}").__dict__.get("build") is not None:
+      found.append(info.name)
+  return sorted(found)
+
+
+def get(name: str) -> ModuleType:
+  """The model module `convfit_jax.models.<name>`; an unknown name lists the known ones."""
+  try:
+    module = importlib.import_module(f"{__name__}.{name}")
+  except ModuleNotFoundError as e:
+    if e.name != f"{__name__}.{name}":
+      raise
+    module = None
+  if module is None or not hasattr(module, "build"):
+    raise ValueError(f"config.model.name={name!r}: no such model; known: {', '.join(names())}")
+  return module

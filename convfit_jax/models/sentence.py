@@ -1,7 +1,14 @@
-"""The trainable sentence encoder: Transformer, pooling, optional projection."""
+"""The sentence encoder: Transformer, pooling, optional projection; how it is loaded and built.
+
+`load` reads a pretrained folder (through `hf_io`), `init` is where a training run
+starts (pretrained, a run's output, or random), `build` does that from a `model`
+config block (`config.model.name = "sentence"`).
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -9,8 +16,10 @@ import jax.numpy as jnp
 from flax import nnx
 import numpy as np
 
-from convfit_jax.models import heads
+from convfit_jax import hf_io
+from convfit_jax.models import Built, heads
 from convfit_jax.models.transformer import TransformerConfig, TransformerEncoder
+from convfit_jax.tokenization import load_tokenizer
 
 
 class SentenceEncoder(nnx.Module):
@@ -97,3 +106,66 @@ def build_with_params(build: Callable[[], nnx.Module], params: dict[str, Any],
       raise ValueError(f"{source}: {key} has shape {value.shape}, the model expects {var.shape}")
     leaves.append((path, var.replace(value)))
   return nnx.merge(graphdef, nnx.from_flat_state(leaves))
+
+
+def load(name_or_path: str | os.PathLike, *, dtype=None, remat: bool = False,
+                          projection_dim: int | None = None, seed: int = 0):
+  """A `SentenceEncoder` with a checkpoint's weights, and the `hf_io.PretrainedFolder` it came from.
+
+  Args:
+    name_or_path: folder, hub id or the MiniLM name (see `hf_io.resolve`).
+    dtype: compute dtype (default float32); parameters stay float32.
+    remat: per-layer rematerialisation.
+    projection_dim: add a fresh Dense+tanh head of this width (Glorot init from `seed`)
+      when the checkpoint has none; a checkpoint's own head must have this width.
+  """
+  ck = hf_io.load(name_or_path)
+  dtype = jnp.float32 if dtype is None else dtype
+  if ck.projection is not None:
+    have = ck.projection["kernel"].shape[1]
+    if projection_dim not in (None, have):
+      raise ValueError(f"{name_or_path}: its projection has width {have}, asked for {projection_dim}")
+    projection_dim = have
+  build = lambda: SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
+                                  projection_dim=projection_dim, dtype=dtype, remat=remat)
+  params = {f"transformer.{k}": v for k, v in ck.transformer.items()}
+  if ck.projection is not None:
+    params.update({f"projection.dense.{k}": v for k, v in ck.projection.items()})
+  elif projection_dim:
+    head = heads.Projection(ck.config.hidden_size, projection_dim, rngs=nnx.Rngs(seed))
+    params.update({f"projection.{k}": v for k, v in flat_params(head).items()})
+  return build_with_params(build, params, source=str(name_or_path)), ck
+
+
+def init(init_from: str | os.PathLike, *, architecture: str | os.PathLike = hf_io.MINILM,
+                          dtype=None, remat: bool = False, projection_dim: int | None = None,
+                          seed: int = 0):
+  """The encoder a training run starts from, and the `hf_io.PretrainedFolder` of its tokenizer and config.
+
+  Args:
+    init_from: a folder or hub id (pretrained, or a Stage 1/2 output: a workdir with a
+      `model/` folder is accepted as is), or "rand" for `architecture` with
+      Glorot-uniform weights (the paper's `rand` baseline).
+    architecture: config and tokenizer for "rand".
+    dtype, remat, projection_dim, seed: as in `load`.
+  """
+  if str(init_from) == "rand":
+    ck = hf_io.load(architecture)
+    model = SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
+                            projection_dim=projection_dim, dtype=jnp.float32 if dtype is None else dtype,
+                            init="xavier", remat=remat)
+    return model, ck
+  folder = Path(init_from)
+  if (folder / "model" / "config.json").is_file():
+    init_from = folder / "model"
+  return load(init_from, dtype=dtype, remat=remat, projection_dim=projection_dim,
+                               seed=seed)
+
+
+def build(m, *, seed: int) -> Built:
+  """The encoder a `model` config block names (init_from, architecture, dtype, remat,
+  projection_dim), with its tokenizer."""
+  model, ck = init(m.init_from, architecture=m.architecture, dtype=jnp.dtype(m.dtype),
+                   remat=m.get("remat", False), projection_dim=m.get("projection_dim", 0) or None,
+                   seed=seed)
+  return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize)

@@ -3,7 +3,7 @@
 One module covers `model_type` bert and roberta (MiniLM, DistilRoBERTa and
 RoBERTa-base/large are instances): learned absolute positions, post-LayerNorm
 blocks, exact GELU. The module tree mirrors the HF one layer for layer, so the
-key table in `convfit_jax.checkpoints` is a plain renaming.
+key table in `convfit_jax.hf_io` is a plain renaming.
 
 Dropout takes an explicit PRNG key per call instead of NNX `Rngs` state: the
 model's state is then its parameters only, and a chunk re-run with the same key
@@ -13,8 +13,6 @@ model's state is then its parameters only, and a chunk re-run with the same key
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import Any
 
 import jax
@@ -63,11 +61,6 @@ class TransformerConfig:
     kwargs = {k: hf[k] for k in names if k in hf and hf[k] is not None}
     kwargs["model_type"] = model_type
     return cls(**kwargs)
-
-  @classmethod
-  def from_json_file(cls, path: str | os.PathLike) -> "TransformerConfig":
-    with open(path, encoding="utf-8") as f:
-      return cls.from_hf_dict(json.load(f), source=str(path))
 
   @property
   def fairseq_positions(self) -> bool:

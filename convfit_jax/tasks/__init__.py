@@ -1,1 +1,1 @@
-"""Tasks of the command line that are not training loops (those live in `train/`)."""
+"""Command-line tasks that train nothing (`run(config)`); training tasks live in `train/`."""

@@ -9,11 +9,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from convfit_jax.data.intent import decoded_lines
+from convfit_jax.atomic_files import save_npy
+from convfit_jax.data.readers import decoded_lines
 from convfit_jax.encoder import Encoder
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict) -> np.ndarray:
+def run(config: ml_collections.ConfigDict) -> np.ndarray:
   """Encodes `config.input` with `config.model` and writes `config.output`."""
   if not config.input or not config.output:
     raise ValueError("encode needs --config.input=texts.txt and --config.output=emb.npy")
@@ -21,10 +22,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> np.ndarray:
   enc = Encoder.from_pretrained(config.model, dtype=jnp.dtype(config.dtype),
                                 max_length=config.max_length or None)
   emb = enc.encode(texts, batch_size=config.batch_size, normalize=config.normalize)
-  out = Path(config.output)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  tmp = out.with_name(out.name + ".tmp.npy")
-  np.save(tmp, emb)
-  tmp.replace(out)
-  logging.info("wrote %s %s to %s", emb.shape, emb.dtype, out)
+  save_npy(config.output, emb)
+  logging.info("wrote %s %s to %s", emb.shape, emb.dtype, config.output)
   return emb

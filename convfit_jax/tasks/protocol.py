@@ -8,39 +8,14 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from configs import stage2 as stage2_config
+from convfit_jax.atomic_files import write_json
+from convfit_jax.configs import stage2 as stage2_config
 from convfit_jax.train import stage2
-from convfit_jax.train.state import Workdir, write_json
+from convfit_jax.train.workdir import Workdir, summary
 
 # "Before Stage 2" is the `init_from` encoder: off the shelf, or a Stage 1 output (lm+s1).
 _BASELINES = (("knn_accuracy_before", "k-NN, encoder before Stage 2"),
               ("mlp_accuracy_before", "MLP on frozen encodings before Stage 2"))
-
-
-def _split(csv: str) -> list[str]:
-  return [x.strip() for x in csv.split(",") if x.strip()]
-
-
-def run_config(config: ml_collections.ConfigDict, dataset: str, shots: int, loss: str,
-               seed: int) -> ml_collections.ConfigDict:
-  """The Stage 2 config of one cell of the grid."""
-  name = f"{dataset}_{shots or 'full'}shot_{loss}_seed{seed}"
-  c = stage2_config.get_config(f"dataset={dataset},shots={shots},loss={loss},seed={seed},"
-                               f"init_from={config.init_from}")
-  c.workdir = f"{config.workdir}/{name}"
-  c.eval.mlp = config.mlp
-  c.eval.tsne = False
-  c.eval.max_test = config.max_test
-  c.eval.extra_pools = tuple(config.extra_pools)
-  if config.max_steps:
-    c.train.max_steps = config.max_steps
-  if config.batch_size:
-    c.train.batch_size = config.batch_size
-  if config.learning_rate:
-    c.train.learning_rate = config.learning_rate
-  if config.dtype:
-    c.model.dtype = config.dtype
-  return c
 
 
 def _cell(values: list[float]) -> str:
@@ -90,23 +65,28 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
   return "\n".join(lines) + "\n"
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
-  datasets, losses = _split(config.datasets), _split(config.losses)
-  shots = [int(s) for s in _split(config.shots)]
-  seeds = [int(s) for s in _split(config.seeds)]
+def run(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+  """Runs every cell of the grid (each resumable on its own); writes results.json and results.md."""
+  datasets, shots, seeds, losses = (list(config.datasets), list(config.shots), list(config.seeds),
+                                    list(config.losses))
   if not (datasets and losses and shots and seeds):
     raise ValueError("protocol: datasets, shots, seeds and losses each need at least one value")
   workdir = Workdir(config.workdir)
-  workdir.write_config(config)
-  results = []
-  for dataset, s, loss, seed in itertools.product(datasets, shots, losses, seeds):
-    metrics = stage2.train_and_evaluate(run_config(config, dataset, s, loss, seed))
-    results.append({"dataset": dataset, "shots": s, "loss": loss, "seed": seed,
-                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
-    # Written after every run, so a long protocol shows its progress.
-    write_json(workdir.path / "results.json", results)
-    markdown = table(results, datasets, shots, losses, config.extra_pools, config.init_from)
-    (workdir.path / "results.md").write_text(markdown, encoding="utf-8")
-  print(markdown, flush=True)
-  workdir.close()
-  return results
+  try:
+    workdir.write_config(config)
+    results, markdown = [], ""
+    for dataset, s, loss, seed in itertools.product(datasets, shots, losses, seeds):
+      cell = stage2_config.cell(config.stage2, dataset=dataset, shots=s, loss=loss, seed=seed,
+                                parent=str(config.workdir))
+      metrics = stage2.train_and_evaluate(cell)
+      results.append({"dataset": dataset, "shots": s, "loss": loss, "seed": seed,
+                      **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
+      # Written after every run, so a long protocol shows its progress.
+      write_json(workdir.path / "results.json", results, sort_keys=True)
+      markdown = table(results, datasets, shots, losses, config.stage2.evals.knn.extra_pools,
+                       config.stage2.model.init_from)
+      (workdir.path / "results.md").write_text(markdown, encoding="utf-8")
+    summary(markdown.rstrip("\n"))
+    return results
+  finally:
+    workdir.close()

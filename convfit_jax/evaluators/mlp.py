@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from convfit_jax.models.heads import l2_normalize
+
 
 @dataclasses.dataclass(frozen=True)
 class MLPConfig:
@@ -33,11 +35,6 @@ class MLPConfig:
   learning_rate: float = 1e-3
   batch_size: int = 32
   epochs: int = 100
-
-
-def _prepare(x) -> jax.Array:
-  x = jnp.asarray(x, jnp.float32)
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _logits(params, x, key=None, dropout: float = 0.0):
@@ -87,7 +84,7 @@ def _train(x, y, key, *, num_labels: int, config: MLPConfig):
 
 @jax.jit
 def _predict(params, x):
-  return jnp.argmax(_logits(params, _prepare(x)), axis=-1).astype(jnp.int32)
+  return jnp.argmax(_logits(params, l2_normalize(x)), axis=-1).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +108,7 @@ def train_mlp(x, y, num_labels: int, *, config: MLPConfig = MLPConfig(), seed: i
     config: the settings (module docstring).
     seed: all randomness derives from it.
   """
-  params = _train(_prepare(x), jnp.asarray(y, jnp.int32), jax.random.key(seed),
+  params = _train(l2_normalize(x), jnp.asarray(y, jnp.int32), jax.random.key(seed),
                   num_labels=num_labels, config=config)
   return MLPClassifier(params)
 

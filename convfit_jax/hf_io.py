@@ -1,4 +1,6 @@
-"""HF and sentence-transformers folders to and from our parameters.
+"""Hugging Face and sentence-transformers folders to and from our parameters (import/export).
+
+Orbax checkpoints of training runs are another matter: `train/checkpointing.py`.
 
 One explicit key table maps HF names to paths in `SentenceEncoder`'s state; import
 applies it forwards, export backwards. Where a name comes from:
@@ -20,13 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from convfit_jax import torch_pickle
-from convfit_jax.models import heads
-from convfit_jax.models.sentence import SentenceEncoder, build_with_params, flat_params
+from convfit_jax.atomic_files import write_json
 from convfit_jax.models.transformer import TransformerConfig
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ def _normalise_name(name: str) -> str:
 
 
 @dataclasses.dataclass
-class Checkpoint:
+class PretrainedFolder:
   """What a folder holds, in our terms.
 
   Attributes:
@@ -179,8 +178,8 @@ def _modules(folder: Path) -> list[dict[str, Any]] | None:
   return _read_json(f) if f.is_file() else None
 
 
-def load(name_or_path: str | os.PathLike) -> Checkpoint:
-  """Reads an HF or sentence-transformers folder into a `Checkpoint`."""
+def load(name_or_path: str | os.PathLike) -> PretrainedFolder:
+  """Reads an HF or sentence-transformers folder into a `PretrainedFolder`."""
   root = resolve(name_or_path)
   modules = _modules(root)
   model_dir, pooling, normalize, projection, max_len = root, "mean", False, None, None
@@ -208,7 +207,7 @@ def load(name_or_path: str | os.PathLike) -> Checkpoint:
   hf_config = _read_json(config_path)
   config = TransformerConfig.from_hf_dict(hf_config, source=str(config_path))
   weights = _read_weights(model_dir)
-  return Checkpoint(config=config, hf_config=hf_config,
+  return PretrainedFolder(config=config, hf_config=hf_config,
                     transformer=hf_to_ours(weights, config, source=str(model_dir)),
                     pooling=pooling, normalize=normalize, projection=projection,
                     tokenizer_dir=model_dir, max_seq_length=max_len)
@@ -290,13 +289,13 @@ def save(folder: str | os.PathLike, *, config: TransformerConfig, hf_config: dic
   hf = dict(hf_config)
   hf.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
   hf.setdefault("architectures", ["RobertaModel" if config.fairseq_positions else "BertModel"])
-  _write_json(out / "config.json", hf)
+  write_json(out / "config.json", hf)
   save_file(ours_to_hf(transformer, config), str(out / "model.safetensors"), metadata={"format": "pt"})
   tokenizer.save_pretrained(str(out))
-  _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+  write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
   modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-  _write_json(out / "1_Pooling" / "config.json", {
+  write_json(out / "1_Pooling" / "config.json", {
       "word_embedding_dimension": config.hidden_size,
       "pooling_mode_cls_token": pooling == "cls",
       "pooling_mode_mean_tokens": pooling == "mean",
@@ -305,7 +304,7 @@ def save(folder: str | os.PathLike, *, config: TransformerConfig, hf_config: dic
   })
   if projection is not None:
     kernel = np.asarray(projection["kernel"], np.float32)
-    _write_json(out / "2_Dense" / "config.json", {
+    write_json(out / "2_Dense" / "config.json", {
         "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]),
         "bias": True, "activation_function": _TANH})
     save_file({"linear.weight": np.ascontiguousarray(kernel.T),
@@ -316,68 +315,5 @@ def save(folder: str | os.PathLike, *, config: TransformerConfig, hf_config: dic
     (out / f"{len(modules)}_Normalize").mkdir(exist_ok=True)
     modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
                     "type": "sentence_transformers.models.Normalize"})
-  _write_json(out / "modules.json", modules)
+  write_json(out / "modules.json", modules)
   return out
-
-
-def _write_json(path: Path, obj: Any) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2)
-    f.write("\n")
-  os.replace(tmp, path)
-
-
-def load_sentence_encoder(name_or_path: str | os.PathLike, *, dtype=None, remat: bool = False,
-                          projection_dim: int | None = None, seed: int = 0):
-  """A `SentenceEncoder` with a checkpoint's weights, and the `Checkpoint` it came from.
-
-  Args:
-    name_or_path: folder, hub id or the MiniLM name (see `resolve`).
-    dtype: compute dtype (default float32); parameters stay float32.
-    remat: per-layer rematerialisation.
-    projection_dim: add a fresh Dense+tanh head of this width (Glorot init from `seed`)
-      when the checkpoint has none; a checkpoint's own head must have this width.
-  """
-  ck = load(name_or_path)
-  dtype = jnp.float32 if dtype is None else dtype
-  if ck.projection is not None:
-    have = ck.projection["kernel"].shape[1]
-    if projection_dim not in (None, have):
-      raise ValueError(f"{name_or_path}: its projection has width {have}, asked for {projection_dim}")
-    projection_dim = have
-  build = lambda: SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
-                                  projection_dim=projection_dim, dtype=dtype, remat=remat)
-  params = {f"transformer.{k}": v for k, v in ck.transformer.items()}
-  if ck.projection is not None:
-    params.update({f"projection.dense.{k}": v for k, v in ck.projection.items()})
-  elif projection_dim:
-    head = heads.Projection(ck.config.hidden_size, projection_dim, rngs=nnx.Rngs(seed))
-    params.update({f"projection.{k}": v for k, v in flat_params(head).items()})
-  return build_with_params(build, params, source=str(name_or_path)), ck
-
-
-def init_sentence_encoder(init_from: str | os.PathLike, *, architecture: str | os.PathLike = MINILM,
-                          dtype=None, remat: bool = False, projection_dim: int | None = None,
-                          seed: int = 0):
-  """The encoder a training run starts from, and the `Checkpoint` of its tokenizer and config.
-
-  Args:
-    init_from: a folder or hub id (pretrained, or a Stage 1/2 output: a workdir with a
-      `model/` folder is accepted as is), or "rand" for `architecture` with
-      Glorot-uniform weights (the paper's `rand` baseline).
-    architecture: config and tokenizer for "rand".
-    dtype, remat, projection_dim, seed: as in `load_sentence_encoder`.
-  """
-  if str(init_from) == "rand":
-    ck = load(architecture)
-    model = SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
-                            projection_dim=projection_dim, dtype=jnp.float32 if dtype is None else dtype,
-                            init="xavier", remat=remat)
-    return model, ck
-  folder = Path(init_from)
-  if (folder / "model" / "config.json").is_file():
-    init_from = folder / "model"
-  return load_sentence_encoder(init_from, dtype=dtype, remat=remat, projection_dim=projection_dim,
-                               seed=seed)

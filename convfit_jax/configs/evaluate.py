@@ -1,0 +1,31 @@
+"""Intent detection with any encoder, no training: k-NN (and the MLP baseline).
+
+    python -m convfit_jax.main --config=configs/evaluate.py                     # off-the-shelf MiniLM
+    python -m convfit_jax.main --config=configs/evaluate.py:init_from=workdirs/stage2/banking77_10shot_ocl_seed0
+    python -m convfit_jax.main --config=configs/evaluate.py:dataset=clinc150,oos --config.evals.knn.mlp=True
+
+Arguments: dataset, shots, seed, init_from (a folder, hub id, or a Stage 1/2 workdir),
+workdir, and the flag `oos` (clinc150 out-of-scope detection by a threshold chosen
+on val). `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
+searches a larger pool: the paper's inference-time augmentation.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from convfit_jax.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  a = common.parse_arg(arg, "configs/evaluate.py", dataset="banking77", shots=10, seed=0,
+                       init_from=common.MINILM, workdir="", oos=False)
+  c = ml_collections.ConfigDict()
+  c.task = "evaluate"
+  c.workdir = a.workdir or f"workdirs/evaluate/{a.dataset}_{a.shots or 'full'}shot_seed{a.seed}"
+  c.seed = a.seed  # test subset, MLP initialisation and t-SNE
+  c.model = common.model_config(a.init_from)
+  c.data = common.data_config(a.dataset, a.shots, a.seed)
+  c.evals = ml_collections.ConfigDict()
+  c.evals.knn = common.intent_knn_eval(oos=a.oos)
+  return c

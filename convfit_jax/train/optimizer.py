@@ -1,0 +1,76 @@
+"""AdamW with linear warm-up then linear decay, as sentence-transformers and HF Trainer train.
+
+No weight decay on biases and LayerNorm parameters; optional global-norm clipping.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import optax
+
+PyTree = Any
+
+
+def warmup_steps_for(total_steps: int, warmup_fraction: float) -> int:
+  """ceil(fraction * total), as sentence-transformers' `fit` computes it."""
+  return int(math.ceil(total_steps * warmup_fraction))
+
+
+def linear_warmup_decay(peak_lr: float, total_steps: int, warmup_fraction: float) -> optax.Schedule:
+  """0 -> peak_lr linearly over the warm-up steps, then linearly to 0 at `total_steps`.
+
+  The same curve as transformers' `get_linear_schedule_with_warmup`.
+  """
+  if total_steps < 1:
+    raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+  warmup = min(warmup_steps_for(total_steps, warmup_fraction), total_steps)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, peak_lr, warmup),
+       optax.linear_schedule(peak_lr, 0.0, total_steps - warmup)],
+      boundaries=[warmup])
+
+
+def _is_no_decay(path: Sequence[Any]) -> bool:
+  names = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+  # NNX names LayerNorm parameters `scale`/`bias` under a module whose name holds
+  # "norm"; every `bias` (Dense, LayerNorm) is exempt too, as HF's
+  # no_decay = ["bias", "LayerNorm.weight"].
+  return names[-1] == "bias" or any("norm" in n.lower() for n in names[:-1])
+
+
+def weight_decay_mask(params: PyTree) -> PyTree:
+  """True where AdamW applies weight decay: not on biases, not on LayerNorm parameters."""
+  return jax.tree_util.tree_map_with_path(lambda path, _: not _is_no_decay(path), params)
+
+
+def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
+                   weight_decay: float = 0.01, clip_norm: float | None = None,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """AdamW with the warm-up/decay schedule; returns (transformation, schedule).
+
+  Args:
+    learning_rate: peak learning rate.
+    total_steps: optimiser steps of the whole run (the decay reaches 0 there).
+    warmup_fraction: share of `total_steps` spent warming up.
+    weight_decay: decoupled weight decay, masked by `weight_decay_mask`.
+    clip_norm: global gradient-norm clipping threshold; None or <= 0 disables it.
+  """
+  schedule = linear_warmup_decay(learning_rate, total_steps, warmup_fraction)
+  adamw = optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                      mask=weight_decay_mask)
+  if clip_norm is not None and clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(clip_norm), adamw), schedule
+  return adamw, schedule
+
+
+def from_config(train_config, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """`make_optimizer` with a `train` config block's learning_rate, warmup_fraction,
+  weight_decay and clip_norm."""
+  t = train_config
+  return make_optimizer(learning_rate=t.learning_rate, total_steps=total_steps,
+                        warmup_fraction=t.warmup_fraction, weight_decay=t.weight_decay,
+                        clip_norm=t.clip_norm)

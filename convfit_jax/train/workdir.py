@@ -1,0 +1,121 @@
+"""A run's folder and what is written to it: config.json, metrics.json, TensorBoard
+scalars, the full log (log.txt); and the one line a run prints as its summary.
+
+Everything here writes on process 0 only; other processes get no-ops, so callers
+need no `if` of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging as py_logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+from absl import logging
+
+from convfit_jax.atomic_files import write_json
+
+
+# `logging.info(..., extra=FILE_ONLY)`: a line for log.txt that the terminal does not show
+# (the progress bar already does).
+FILE_ONLY = {"terminal": False}
+
+
+def is_main_process() -> bool:
+  return jax.process_index() == 0
+
+
+class Workdir:
+  """A run's folder: config.json, metrics.json, tensorboard/, checkpoints/, log.txt.
+
+  metrics.json holds results only (what a run measured); nothing reads it to decide
+  what to run. `update_metrics` merges into it, so a resumed run keeps the figures
+  it measured before it was interrupted.
+  """
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = Path(path).absolute()
+    self.main = is_main_process()
+    self._tb = None
+    self._log_handler = None
+    if self.main:
+      self.path.mkdir(parents=True, exist_ok=True)
+      self._log_handler = _log_to_file(self.path / "log.txt")
+
+  @property
+  def checkpoint_dir(self) -> Path:
+    return self.path / "checkpoints"
+
+  @property
+  def metrics_path(self) -> Path:
+    return self.path / "metrics.json"
+
+  def write_config(self, config) -> None:
+    """The resolved config (an ml_collections.ConfigDict or a mapping) as config.json."""
+    if self.main:
+      write_json(self.path / "config.json",
+                 config.to_dict() if hasattr(config, "to_dict") else dict(config), sort_keys=True)
+
+  def read_metrics(self) -> dict[str, Any]:
+    if self.metrics_path.exists():
+      with open(self.metrics_path, encoding="utf-8") as f:
+        return json.load(f)
+    return {}
+
+  def update_metrics(self, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Merges `metrics` into metrics.json; returns the merged dict."""
+    merged = {**self.read_metrics(), **metrics}
+    if self.main:
+      write_json(self.metrics_path, merged, sort_keys=True)
+    return merged
+
+  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    """TensorBoard scalars under tensorboard/ (tensorboardX event files, no TensorFlow)."""
+    if not self.main:
+      return
+    if self._tb is None:
+      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+      self._tb = SummaryWriter(str(self.path / "tensorboard"))
+    for name, value in scalars.items():
+      self._tb.add_scalar(name, float(value), int(step))
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.flush()
+      self._tb.close()
+      self._tb = None
+    if self._log_handler is not None:
+      py_logging.getLogger().removeHandler(self._log_handler)
+      self._log_handler.close()
+      self._log_handler = None
+
+
+def _log_to_file(path: Path) -> py_logging.Handler:
+  """Every log record at INFO and above (ours, orbax's, JAX's) appended to `path`."""
+  handler = py_logging.FileHandler(path, encoding="utf-8")
+  handler.setLevel(py_logging.INFO)
+  handler.setFormatter(logging.PythonFormatter())
+  root = py_logging.getLogger()
+  root.addHandler(handler)
+  if root.level > py_logging.INFO or root.level == py_logging.NOTSET:
+    root.setLevel(py_logging.INFO)
+  return handler
+
+
+def progress_bar(total: int, initial: int = 0, desc: str = "train"):
+  """tqdm over steps, shown on process 0 only; `set_postfix(loss=, pairs_s=)` per window."""
+  from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+  return tqdm(total=total, initial=initial, desc=desc, disable=not is_main_process(),
+              dynamic_ncols=True, smoothing=0.1)
+
+
+def summary(line: str) -> None:
+  """The run's final summary line, on stdout (process 0) and in the log: the one thing
+  library code prints."""
+  logging.info("%s", line, extra=FILE_ONLY)
+  if is_main_process():
+    print(line, file=sys.stdout, flush=True)

@@ -1,0 +1,42 @@
+"""The package without its checkout: a wheel installed into an empty folder runs the
+protocol task's smoke configuration by the path of configs/protocol.py, from a directory
+with no checkout in sight."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_protocol_runlocal_from_an_installed_wheel(tmp_path, minilm_dir):
+  del minilm_dir  # the smoke run's encoder: the packaged MiniLM weights must be installed
+  dist, site, elsewhere = tmp_path / "dist", tmp_path / "site", tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  # The venv's setuptools builds it when there is one; else pip's isolated build env.
+  isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+  r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(dist),
+                      str(REPO)], capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  wheel, = dist.glob("convfit_jax-*.whl")
+  r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site),
+                      str(wheel)], capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+
+  env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
+  env.pop("XLA_FLAGS", None)  # one device, as a user's machine
+  where = subprocess.run([sys.executable, "-c", "import convfit_jax; print(convfit_jax.__file__)"],
+                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+  assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr
+  r = subprocess.run([sys.executable, "-m", "convfit_jax.main",
+                      f"--config={REPO / 'configs' / 'protocol.py'}:runlocal"],
+                     cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+  run = elsewhere / "workdirs" / "protocol_runlocal"
+  results = json.loads((run / "results.json").read_text())
+  assert [(x["dataset"], x["shots"], x["loss"], x["seed"]) for x in results] == [("banking77", 2, "ocl", 0)]
+  assert 0.0 < results[0]["knn_accuracy"] <= 1.0 and results[0]["steps"] == 4
+  assert "| ConvFiT Stage 2 (ocl), k-NN |" in r.stdout  # the table is the run's summary
+  assert (run / "banking77_2shot_ocl_seed0" / "model" / "model.safetensors").is_file()
