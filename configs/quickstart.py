@@ -1,3 +1,10 @@
-"""`python -m convfit_jax.main --config=configs/quickstart.py[:args]`: see convfit_jax/configs/quickstart.py."""
+"""The README's main job: a short Stage 2 run that fits in 10 minutes on a 2-core CPU.
+
+    python -m convfit_jax.main --config=configs/quickstart.py
+
+Entry point for the command line; the config itself, with every field documented, is built
+by `convfit_jax/configs/quickstart.py` (installed with the package, so this file works from any
+directory).
+"""
 
 from convfit_jax.configs.quickstart import get_config  # noqa: F401  (what --config loads)

@@ -82,13 +82,19 @@ def data_config(dataset: str = "banking77", shots: int = 10, seed: int = 0) -> m
   return d
 
 
+def _evaluator(type_: str, *, every: int, predictor: str) -> ml_collections.ConfigDict:
+  """What every evaluator block has (`convfit_jax.evaluators`)."""
+  e = ml_collections.ConfigDict()
+  e.type = type_  # the module in convfit_jax/evaluators/
+  e.every = every  # steps between evaluations during training; 0: before and after only
+  e.before = True  # also evaluate the initial model (metrics get the suffix _before)
+  e.predictor = predictor  # which of the task's predictors the evaluator reads
+  return e
+
+
 def intent_knn_eval(**overrides: Any) -> ml_collections.ConfigDict:
   """Settings of `evaluators/intent_knn.py` on the run's `data` set."""
-  e = ml_collections.ConfigDict()
-  e.type = "intent_knn"
-  e.every = 0  # steps between evaluations during training; 0: before and after only
-  e.before = True  # also evaluate the initial model (metrics get the suffix _before)
-  e.predictor = "text"  # which of the task's predictors encodes the texts
+  e = _evaluator("intent_knn", every=0, predictor="text")
   e.k = 1
   e.vote = "majority"  # k > 1: majority | weighted
   e.batch_size = 256
@@ -105,11 +111,7 @@ def intent_knn_eval(**overrides: Any) -> ml_collections.ConfigDict:
 
 def response_selection_eval(**overrides: Any) -> ml_collections.ConfigDict:
   """Settings of `evaluators/response_selection.py`."""
-  e = ml_collections.ConfigDict()
-  e.type = "response_selection"
-  e.every = 500  # steps between evaluations during training; 0: before and after only
-  e.before = True  # also evaluate the initial model (metrics get the suffix _before)
-  e.predictor = "response_scorer"  # which of the task's predictors scores the candidates
+  e = _evaluator("response_selection", every=500, predictor="response_scorer")
   # JSONL cases {"context", "candidates", "label"}; relative to the current directory.
   e.file = "../shared/data/conversations/sgd/test_rs100.jsonl"
   e.num_cases = 0  # 0 = all cases; fewer for quick looks (a seeded sample)

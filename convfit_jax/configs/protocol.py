@@ -1,7 +1,7 @@
 """The paper's protocol: datasets x {10-shot, 30-shot, full} x seeds {0, 1, 2} x losses.
 
     python -m convfit_jax.main --config=configs/protocol.py
-    python -m convfit_jax.main --config=configs/protocol.py:datasets=banking77,shots=10,losses=ocl \
+    python -m convfit_jax.main --config=configs/protocol.py:datasets=banking77,shots=10,losses=ocl \\
         --config.stage2.train.max_steps=150 --config.stage2.train.learning_rate=1e-4
     python -m convfit_jax.main --config=configs/protocol.py:runlocal   # a one-minute smoke run
 

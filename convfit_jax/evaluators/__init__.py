@@ -13,12 +13,13 @@ plugs into response selection through its own scorer.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 import ml_collections
 import numpy as np
+
+from convfit_jax import registry
 
 # When an evaluator runs: on the initial model, during training, on the final model.
 WHEN = ("before", "during", "after")
@@ -41,16 +42,8 @@ class ResponseScorer(Protocol):
 
 
 def get(name: str):
-  """The evaluator module `convfit_jax.evaluators.<name>`."""
-  try:
-    module = importlib.import_module(f"{__name__}.{name}")
-  except ModuleNotFoundError as e:
-    if e.name != f"{__name__}.{name}":
-      raise
-    module = None
-  if module is None or not hasattr(module, "Evaluator"):
-    raise ValueError(f"evaluator type {name!r} is unknown; known: intent_knn, response_selection")
-  return module
+  """The evaluator module `convfit_jax.evaluators.<name>`; an unknown name lists the known ones."""
+  return registry.lookup(__name__, name, "Evaluator", "config.evals.<name>.type")
 
 
 def from_config(evals: ml_collections.ConfigDict, *, run_config: ml_collections.ConfigDict,

@@ -80,7 +80,9 @@ def _ordered_dot(a: jax.Array, b: jax.Array) -> jax.Array:
 
 def normalize(x: jax.Array) -> jax.Array:
   """Unit rows, [n, d] -> [n, d] float32; a zero row stays zero. Bitwise the same for
-  equal rows whatever their position or the array's shape."""
+  equal rows whatever their position or the array's shape: what `heads.l2_normalize` (the
+  one used everywhere else) cannot promise, since XLA blocks its sum of squares by shape,
+  and the k-NN's exact tie rules need it."""
   x = x.astype(jnp.float32)
   return x * jax.lax.rsqrt(jnp.maximum(_ordered_dot(x, x), 1e-24))[:, None]
 

@@ -9,12 +9,12 @@ a new file here with a `build` function, and nothing else changes.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from types import ModuleType
 from typing import Any
 
 from flax import nnx
+
+from convfit_jax import registry
 
 
 @dataclasses.dataclass
@@ -33,23 +33,6 @@ class Built:
   normalize: bool = False
 
 
-def names() -> list[str]:
-  """The model modules of this package that define `build`."""
-  found = []
-  for info in pkgutil.iter_modules(__path__):
-    if importlib.import_module(f"{__name__}.{info.name}").__dict__.get("build") is not None:
-      found.append(info.name)
-  return sorted(found)
-
-
 def get(name: str) -> ModuleType:
   """The model module `convfit_jax.models.<name>`; an unknown name lists the known ones."""
-  try:
-    module = importlib.import_module(f"{__name__}.{name}")
-  except ModuleNotFoundError as e:
-    if e.name != f"{__name__}.{name}":
-      raise
-    module = None
-  if module is None or not hasattr(module, "build"):
-    raise ValueError(f"config.model.name={name!r}: no such model; known: {', '.join(names())}")
-  return module
+  return registry.lookup(__name__, name, "build", "config.model.name")
