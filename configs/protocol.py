@@ -10,4 +10,6 @@ by `convfit_jax/configs/protocol.py` (installed with the package, so this file w
 directory).
 """
 
-from convfit_jax.configs.protocol import get_config  # noqa: F401  (what --config loads)
+from convfit_jax.configs.protocol import get_config
+
+__all__ = ["get_config"]  # what --config loads

@@ -7,4 +7,6 @@ by `convfit_jax/configs/quickstart.py` (installed with the package, so this file
 directory).
 """
 
-from convfit_jax.configs.quickstart import get_config  # noqa: F401  (what --config loads)
+from convfit_jax.configs.quickstart import get_config
+
+__all__ = ["get_config"]  # what --config loads

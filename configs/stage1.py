@@ -9,4 +9,6 @@ by `convfit_jax/configs/stage1.py` (installed with the package, so this file wor
 directory).
 """
 
-from convfit_jax.configs.stage1 import get_config  # noqa: F401  (what --config loads)
+from convfit_jax.configs.stage1 import get_config
+
+__all__ = ["get_config"]  # what --config loads

@@ -32,8 +32,9 @@ TASKS = {
     "stage1": "convfit_jax.train.stage1:train_and_evaluate",
     "stage2": "convfit_jax.train.stage2:train_and_evaluate",
 }
-# What a user can cause and fix: shown as one line. Anything else is a bug: traceback.
-_USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError, KeyError, TypeError)
+# What a user can cause and fix (bad files and values, missing paths, a diverging run):
+# shown as one line. Anything else is a bug and shows its traceback.
+_USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -75,8 +76,7 @@ def main(argv):
   except _USER_ERRORS as e:
     if _TRACEBACK.value:
       raise
-    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    print(f"error: {type(e).__name__}: {message}\n(--traceback shows where)", file=sys.stderr)
+    print(f"error: {type(e).__name__}: {e}\n(--traceback shows where)", file=sys.stderr)
     sys.exit(1)
 
 

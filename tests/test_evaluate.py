@@ -63,3 +63,49 @@ def test_a_stage_workdir_is_a_starting_point(tiny_bert_dir, tmp_path):
   ref, _ = sentence.init(tiny_bert_dir)
   np.testing.assert_array_equal(model.transformer.layers[0].output.kernel[...],
                                 ref.transformer.layers[0].output.kernel[...])
+
+
+class _CharCounts:
+  """A `TextEncoder` that is no neural network: letter counts."""
+
+  def encode(self, texts, *, batch_size=128, normalize=None):
+    del batch_size, normalize
+    x = np.zeros((len(texts), 64), np.float32)
+    for i, t in enumerate(texts):
+      for ch in t.lower():
+        x[i, ord(ch) % 64] += 1
+    return x
+
+
+def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
+  from conftest import REPO
+  from convfit_jax import evaluators
+  from convfit_jax.configs import common
+  from convfit_jax.evaluators.response_selection import BiEncoderScorer
+  c = evaluate_config.get_config("shots=2")
+  c.evals.knn.max_test, c.evals.knn.tsne = 100, False
+  c.evals.rs = common.response_selection_eval(
+      file=str(REPO / "tests" / "fixtures" / "sgd_test_rs100.jsonl"), num_cases=6)
+  evals = evaluators.from_config(c.evals, run_config=c, workdir=tmp_path)
+  enc = _CharCounts()
+  m = evals["knn"][0]({"text": enc}, when="")
+  assert m["num_test"] == 100 and 0 < m["knn_accuracy"] < 1
+
+  unit = lambda texts, batch_size: enc.encode(texts) / np.linalg.norm(enc.encode(texts), axis=1,
+                                                                       keepdims=True)
+  rs, _ = evals["rs"]
+  m = rs({"response_scorer": BiEncoderScorer(unit, unit)}, when="after")
+  assert set(m) == {"r_at_1", "r_at_10", "r_at_50", "mrr"}
+
+  class Oracle:
+    """A pairwise scorer (what a cross-encoder plugs in) that knows each case's answer."""
+
+    def score(self, contexts, candidates, *, batch_size=128):
+      truth = {ctx: cands[label] for ctx, cands, label in
+               zip(rs.cases.contexts, rs.cases.candidates, rs.cases.labels)}
+      return np.asarray([[float(c == truth[ctx]) for c in cands]
+                         for ctx, cands in zip(contexts, candidates)])
+
+  assert rs({"response_scorer": Oracle()}, when="after")["r_at_1"] == 1.0
+  with pytest.raises(ValueError, match="intent_knn, response_selection"):
+    evaluators.get("sts")

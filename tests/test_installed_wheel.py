@@ -2,9 +2,9 @@
 protocol task's smoke configuration by the path of configs/protocol.py, from a directory
 with no checkout in sight."""
 
-import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,10 +15,15 @@ def test_protocol_runlocal_from_an_installed_wheel(tmp_path, minilm_dir):
   del minilm_dir  # the smoke run's encoder: the packaged MiniLM weights must be installed
   dist, site, elsewhere = tmp_path / "dist", tmp_path / "site", tmp_path / "elsewhere"
   elsewhere.mkdir()
-  # The venv's setuptools builds it when there is one; else pip's isolated build env.
-  isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-  r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(dist),
-                      str(REPO)], capture_output=True, text=True, timeout=600)
+  # A copy of the sources (setuptools' build/ folder in the checkout could hold stale
+  # modules), built as pip builds it for users: an isolated build environment.
+  src = tmp_path / "src"
+  shutil.copytree(REPO / "convfit_jax", src / "convfit_jax",
+                  ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+  for name in ("setup.cfg", "pyproject.toml", "README.md"):
+    shutil.copy(REPO / name, src / name)
+  r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(src)],
+                     capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   wheel, = dist.glob("convfit_jax-*.whl")
   r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site),

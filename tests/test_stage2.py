@@ -127,3 +127,17 @@ def test_config_arguments_and_typos():
   assert stage2_config.get_config("shots=0").train.epochs == 2
   with pytest.raises(ValueError, match="datset"):
     stage2_config.get_config("datset=hwu64")
+
+
+def test_config_arguments_are_typed_by_their_defaults():
+  c = stage2_config.get_config("dataset=hwu64,shots=30,runlocal")
+  assert type(c.data.shots) is int and c.data.shots == 30  # pylint: disable=unidiomatic-typecheck
+  assert c.train.max_steps == 20 and c.evals.knn.tsne is False  # the bool flag took effect
+  from convfit_jax.configs import common  # pylint: disable=import-outside-toplevel
+  a = common.parse_arg("n=3,x=0.5,flag,names=a+b,ids=1+2,off=false", "test", n=1, x=0.1, flag=False,
+                       names=("z",), ids=(0,), off=True)
+  assert (a.n, a.x, a.flag, a.names, a.ids, a.off) == (3, 0.5, True, ("a", "b"), (1, 2), False)
+  with pytest.raises(ValueError, match=r"test: argument n='three'"):
+    common.parse_arg("n=three", "test", n=1)
+  with pytest.raises(ValueError, match="needs a value"):
+    common.parse_arg("n", "test", n=1)

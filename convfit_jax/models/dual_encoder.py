@@ -8,11 +8,17 @@ top of the shared encoder (`config.model.name = "dual_encoder"`).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
+from convfit_jax.encoder import Encoder
+from convfit_jax.evaluators.response_selection import BiEncoderScorer
 from convfit_jax.models import Built, sentence
+from convfit_jax.models.heads import l2_normalize
 from convfit_jax.models.sentence import SentenceEncoder
 
 
@@ -63,6 +69,31 @@ class DualEncoder(nnx.Module):
 
   def apply_response_ff(self, x: jax.Array) -> jax.Array:
     return x if self.response_ff is None else self.response_ff(x)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _response_ff(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.Array:
+  return nnx.merge(graphdef, state).apply_response_ff(x)
+
+
+def predictors(model: DualEncoder, built: Built, max_length: int) -> tuple[Encoder, BiEncoderScorer]:
+  """What evaluators read from a (host, eval-mode) dual encoder: the context `Encoder` (a
+  `TextEncoder`) and a `BiEncoderScorer` of unit context and response vectors, the
+  responses through the response tower and feed-forward layer."""
+  encoder = lambda tower: Encoder(tower, built.tokenizer, max_length=max_length,
+                                  hf_config=built.hf_config)
+  contexts, responses = encoder(model.context), encoder(model.response_tower)
+  graphdef, state = nnx.split(model)
+
+  def embed_responses(texts, batch_size):
+    x = responses.encode(texts, batch_size=batch_size)
+    if model.response_ff is not None:
+      x = _response_ff(graphdef, state, x)
+    return np.asarray(l2_normalize(x))
+
+  return contexts, BiEncoderScorer(
+      lambda texts, batch_size: contexts.encode(texts, batch_size=batch_size, normalize=True),
+      embed_responses)
 
 
 def build(m: ml_collections.ConfigDict, *, seed: int) -> Built:

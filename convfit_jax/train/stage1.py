@@ -17,14 +17,13 @@ Packing: each device's sentences of each chunk are packed several to a row
 separately. The packed row count is chosen per batch (the largest any process
 needs, rounded up to `ROW_MULTIPLE`), so a run compiles a few shapes.
 
-The run itself (response selection before, during and after; checkpoints; the
-context encoder exported for Stage 2) is `train.trainer`'s.
+The run (response selection before, during and after; the context encoder exported
+for Stage 2) is `train.trainer`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -37,14 +36,12 @@ from convfit_jax import losses, models, sharding
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import read_conversations, shuffle_buffer
 from convfit_jax.encoder import Encoder
-from convfit_jax.evaluators.response_selection import BiEncoderScorer
+from convfit_jax.models import dual_encoder
 from convfit_jax.models.dual_encoder import DualEncoder
-from convfit_jax.models.heads import l2_normalize
 from convfit_jax.train import grad_cache, trainer
 from convfit_jax.train.train_state import TrainState
 
 SIDE_KEYS = tuple(f"{side}_{k}" for side in batching.SIDES for k in ("ids", "mask", "positions", "slots"))
-BATCH_KEYS = SIDE_KEYS + ("response_hash", "weights")
 # Packed rows are rounded up to a multiple of this: fewer distinct shapes to compile.
 ROW_MULTIPLE = 2
 
@@ -99,10 +96,10 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
   Args:
     graphdef: the `DualEncoder`'s NNX graph definition.
     params: its parameters (pure dict).
-    batch: global arrays, `BATCH_KEYS` (`batching.pack_conversation_batch` for every
-      process's slice, packed for `cfg.data_shards` shards and the chunks of
-      `cfg.chunk_size`): per side ids, mask, positions [S*n*R, L] int32 and slots
-      [B, 2] int32; response_hash [B, 2] int32; weights [B] float32.
+    batch: global arrays (`batching.pack_conversation_batch` for every process's slice,
+      packed for `cfg.data_shards` shards and the chunks of `cfg.chunk_size`): `SIDE_KEYS`,
+      per side ids, mask, positions [S*n*R, L] int32 and slots [B, 2] int32;
+      response_hash [B, 2] int32; weights [B] float32.
     key: the step's dropout key (ignored unless `cfg.dropout`).
     cfg: loss settings.
   Returns:
@@ -143,11 +140,6 @@ def device_batch(host_batch: batching.ConversationBatch, mesh, cfg: LossConfig
   local = batching.pack_conversation_batch(host_batch, chunks=chunks, shards=shards, rows=rows,
                                            first_shard=jax.process_index() * shards)
   return sharding.global_batch(local, mesh)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _response_ff(graphdef, state, x):
-  return nnx.merge(graphdef, state).apply_response_ff(x)
 
 
 class Stage1:
@@ -198,27 +190,13 @@ class Stage1:
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]):
     return state_loss_and_grads(state, batch, self.cfg)
 
-  def _encoder(self, tower) -> Encoder:
-    return Encoder(tower, self.built.tokenizer, max_length=self.config.model.max_length,
-                   hf_config=self.built.hf_config)
-
   def predictors(self, model: DualEncoder) -> dict[str, Any]:
-    contexts, responses = self._encoder(model.context), self._encoder(model.response_tower)
-    graphdef, state = nnx.split(model)
-
-    def embed_responses(texts, batch_size):
-      x = responses.encode(texts, batch_size=batch_size)
-      if model.response_ff is not None:
-        x = _response_ff(graphdef, state, x)
-      return np.asarray(l2_normalize(x))
-
-    scorer = BiEncoderScorer(
-        lambda texts, batch_size: contexts.encode(texts, batch_size=batch_size, normalize=True),
-        embed_responses)
+    contexts, scorer = dual_encoder.predictors(model, self.built, self.config.model.max_length)
     return {"text": contexts, "response_scorer": scorer}
 
   def export(self, model: DualEncoder, folder: Path) -> None:
-    self._encoder(model.context).save_pretrained(folder)
+    Encoder(model.context, self.built.tokenizer, max_length=self.config.model.max_length,
+            hf_config=self.built.hf_config).save_pretrained(folder)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
     if "r_at_1" not in metrics:
