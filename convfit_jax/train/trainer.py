@@ -155,21 +155,23 @@ def _run(config: ml_collections.ConfigDict, task_cls, workdir: Workdir) -> dict[
 
     evals = evaluators_lib.from_config(config.evals, run_config=config, workdir=workdir.path)
 
-    def evaluate(state_: TrainState, when: str, step: int) -> dict[str, Any]:
-      predictors = task.predictors(state_.host_model())
+    def evaluate(model: nnx.Module, when: str, step: int) -> dict[str, Any]:
+      predictors = task.predictors(model)
       out = {}
       for name, (evaluator, block) in evals.items():
         if ((when == "before" and not block.before)
             or (when == "during" and not (block.every and step % block.every == 0))):
           continue
         m = evaluator(predictors, when=when, label=f"{when} {task.title}")
-        logging.info("%s %s (step %d): %s", name, when, step, evaluators_lib.numeric(m))
-        workdir.write_scalars(step, {f"eval/{k}": v for k, v in evaluators_lib.numeric(m).items()})
+        scalars = evaluators_lib.numeric(m)
+        logging.info("%s %s (step %d): %s", name, when, step,
+                     ", ".join(f"{k} {v:.4g}" for k, v in scalars.items()))
+        workdir.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})
         out.update(m)
       return out
 
     if start == 0:
-      before = evaluate(state, "before", 0)
+      before = evaluate(state.host_model(), "before", 0)
       metrics = workdir.update_metrics({f"{k}_before": v for k, v in before.items()})
 
     batches = task.batches(start)
@@ -180,16 +182,16 @@ def _run(config: ml_collections.ConfigDict, task_cls, workdir: Workdir) -> dict[
           checkpointer=ckpt, log_every=t.log_every, to_device=task.device_batch,
           batch_rows=task.batch_rows,
           eval_due=lambda step: any(b.every and step % b.every == 0 for _, b in evals.values()),
-          evaluate=lambda state_, step: evaluate(state_, "during", step),
+          evaluate=lambda state_, step: evaluate(state_.host_model(), "during", step),
           train_seconds=meta.get("train_seconds", 0.0))
     finally:
       batches.close()
   finally:
     ckpt.close()
 
-  after = evaluate(state, "after", task.total_steps)
-  metrics = workdir.update_metrics({**after, "steps": task.total_steps, "train_seconds": seconds})
   model = state.host_model()
+  after = evaluate(model, "after", task.total_steps)
+  metrics = workdir.update_metrics({**after, "steps": task.total_steps, "train_seconds": seconds})
   if is_main_process():
     _export_atomically(task, model, export_dir)
   logging.info("outputs in %s: metrics.json, log.txt, tensorboard/, checkpoints/, model/",
