@@ -51,6 +51,15 @@ _LAYER_KEYS = {
     "output.LayerNorm.weight": ("layer_norm.scale", False),
     "output.LayerNorm.bias": ("layer_norm.bias", False),
 }
+# MPNet names its attention apart (attention.attn.q, ..., attention.LayerNorm); the rest is BERT's.
+_MPNET_ATTENTION_KEYS = {
+    f"attention.attn.{hf}.{w}": (f"attention.{ours}.{'kernel' if w == 'weight' else 'bias'}", w == "weight")
+    for hf, ours in (("q", "query"), ("k", "key"), ("v", "value"), ("o", "output"))
+    for w in ("weight", "bias")
+} | {
+    "attention.LayerNorm.weight": ("attention.layer_norm.scale", False),
+    "attention.LayerNorm.bias": ("attention.layer_norm.bias", False),
+}
 _EMBEDDING_KEYS = {
     "embeddings.word_embeddings.weight": ("embeddings.word_embeddings.embedding", False),
     "embeddings.position_embeddings.weight": ("embeddings.position_embeddings.embedding", False),
@@ -60,15 +69,22 @@ _EMBEDDING_KEYS = {
 }
 # Weights a pretrained checkpoint carries that a sentence encoder does not use.
 _IGNORED = re.compile(r"^(pooler\.|cls\.|lm_head\.|embeddings\.position_ids$)")
-_PREFIXES = ("bert.", "roberta.", "model.")
+_PREFIXES = ("bert.", "roberta.", "mpnet.", "model.")
 
 
 def key_table(config: TransformerConfig) -> dict[str, tuple[str, bool]]:
   """HF name -> (dotted path in `TransformerEncoder`'s state, transpose)."""
-  table = dict(_EMBEDDING_KEYS)
+  table = {k: v for k, v in _EMBEDDING_KEYS.items()
+           if config.type_vocab_size or "token_type" not in k}
+  layer_keys = dict(_LAYER_KEYS)
+  if config.model_type == "mpnet":
+    layer_keys = {k: v for k, v in layer_keys.items() if not k.startswith("attention.")}
+    layer_keys.update(_MPNET_ATTENTION_KEYS)
   for i in range(config.num_hidden_layers):
-    for hf, (ours, t) in _LAYER_KEYS.items():
+    for hf, (ours, t) in layer_keys.items():
       table[f"encoder.layer.{i}.{hf}"] = (f"layers.{i}.{ours}", t)
+  if config.relative_attention_num_buckets:
+    table["encoder.relative_attention_bias.weight"] = ("relative_attention_bias.embedding", False)
   return table
 
 
@@ -287,8 +303,12 @@ def save(folder: str | os.PathLike, *, config: TransformerConfig, hf_config: dic
   out = Path(folder)
   out.mkdir(parents=True, exist_ok=True)
   hf = dict(hf_config)
-  hf.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
-  hf.setdefault("architectures", ["RobertaModel" if config.fairseq_positions else "BertModel"])
+  # Fields that only say "absent" (no token types, no relative bias) stay out of config.json.
+  absent = {"type_vocab_size", "relative_attention_num_buckets"}
+  hf.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+             if getattr(config, f.name) or f.name not in absent})
+  hf.setdefault("architectures", [{"mpnet": "MPNetModel", "bert": "BertModel"}.get(
+      config.model_type, "RobertaModel")])
   write_json(out / "config.json", hf)
   save_file(ours_to_hf(transformer, config), str(out / "model.safetensors"), metadata={"format": "pt"})
   tokenizer.save_pretrained(str(out))

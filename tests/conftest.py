@@ -44,17 +44,25 @@ def minilm_dir() -> pathlib.Path:
 
 def _save_tiny(folder: pathlib.Path, model_type: str, minilm: pathlib.Path, seed: int) -> pathlib.Path:
   import torch
-  from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig, RobertaModel
+  from transformers import (AutoTokenizer, BertConfig, BertModel, MPNetConfig, MPNetModel,
+                            RobertaConfig, RobertaModel)
   torch.manual_seed(seed)
   folder.mkdir(parents=True, exist_ok=True)
   if model_type == "bert":
     tok = AutoTokenizer.from_pretrained(str(minilm))
     model = BertModel(BertConfig(vocab_size=tok.vocab_size, **TINY))
-  else:
+  elif model_type == "roberta":
     tok = _tiny_roberta_tokenizer(folder)
     model = RobertaModel(RobertaConfig(vocab_size=len(tok), pad_token_id=1, bos_token_id=0,
                                        eos_token_id=2, type_vocab_size=1, layer_norm_eps=1e-5,
                                        **TINY))
+  else:  # MPNet: the RoBERTa-style tokenizer has its padding id, 1
+    tok = _tiny_roberta_tokenizer(folder)
+    model = MPNetModel(MPNetConfig(vocab_size=len(tok), pad_token_id=1, bos_token_id=0,
+                                   eos_token_id=2, layer_norm_eps=1e-5, **TINY))
+    # HF initialises the relative bias table small; make it matter in the parity tests.
+    with torch.no_grad():
+      model.encoder.relative_attention_bias.weight.normal_(0.0, 1.0)
   model.save_pretrained(str(folder))
   tok.save_pretrained(str(folder))
   return folder
@@ -70,3 +78,9 @@ def tiny_bert_dir(tmp_path_factory, minilm_dir) -> pathlib.Path:
 def tiny_roberta_dir(tmp_path_factory, minilm_dir) -> pathlib.Path:
   """An HF folder: random 2-layer RoBERTa (hidden 32) with a byte-level BPE tokenizer."""
   return _save_tiny(tmp_path_factory.mktemp("tiny_roberta"), "roberta", minilm_dir, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_mpnet_dir(tmp_path_factory, minilm_dir) -> pathlib.Path:
+  """An HF folder: random 2-layer MPNet (hidden 32, 32 relative-position buckets)."""
+  return _save_tiny(tmp_path_factory.mktemp("tiny_mpnet"), "mpnet", minilm_dir, seed=2)

@@ -105,10 +105,10 @@ def test_minilm_name_resolves_to_the_package(minilm_dir):
   assert hf_io.resolve("sentence-transformers/all-MiniLM-L6-v2") == minilm_dir
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "mpnet"])
 def test_round_trip_loads_in_transformers_and_sentence_transformers(kind, tiny_bert_dir, tiny_roberta_dir,
-                                                                   tmp_path):
-  src = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
+                                                                   tiny_mpnet_dir, tmp_path):
+  src = {"bert": tiny_bert_dir, "roberta": tiny_roberta_dir, "mpnet": tiny_mpnet_dir}[kind]
   enc = Encoder.from_pretrained(src, max_length=32)
   ref = enc.encode(TEXTS)
   out = tmp_path / "export"

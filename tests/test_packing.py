@@ -47,15 +47,17 @@ def _sentences(rng, n, width, pad, left=False):
   return ids, mask
 
 
-@pytest.mark.parametrize("kind, pooling", [("bert", "mean"), ("roberta", "mean"), ("bert", "cls")])
-def test_packed_encodings_and_gradients_equal_padded(kind, pooling, tiny_bert_dir, tiny_roberta_dir):
-  folder = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
+@pytest.mark.parametrize("kind, pooling", [("bert", "mean"), ("roberta", "mean"), ("bert", "cls"),
+                                           ("mpnet", "mean")])
+def test_packed_encodings_and_gradients_equal_padded(kind, pooling, tiny_bert_dir, tiny_roberta_dir,
+                                                     tiny_mpnet_dir):
+  folder = {"bert": tiny_bert_dir, "roberta": tiny_roberta_dir, "mpnet": tiny_mpnet_dir}[kind]
   model, ck = sentence.load(folder, projection_dim=8)
   model.pooling = pooling
   rng = np.random.default_rng(0)
   # Left padding only for RoBERTa: HF BERT numbers positions from the padding, so a
   # left-padded BERT sentence is not the sentence alone.
-  ids, mask = _sentences(rng, 12, 10, ck.config.pad_token_id, left=kind == "roberta")
+  ids, mask = _sentences(rng, 12, 10, ck.config.pad_token_id, left=kind != "bert")
   packed = packing.pack(ids, mask, rows=packing.rows_needed(mask.sum(1), 16), width=16)
   assert packed.input_ids.shape[0] < 12  # several sentences share rows
   graphdef, params = nnx.split(model)

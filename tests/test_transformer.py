@@ -32,14 +32,16 @@ def _ids(rng, pad, vocab, lengths, width, left=()):
   return ids, mask
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
-def test_hidden_states_match_torch(kind, tiny_bert_dir, tiny_roberta_dir):
-  folder = tiny_bert_dir if kind == "bert" else tiny_roberta_dir
+@pytest.mark.parametrize("kind", ["bert", "roberta", "mpnet"])
+def test_hidden_states_match_torch(kind, tiny_bert_dir, tiny_roberta_dir, tiny_mpnet_dir):
+  folder = {"bert": tiny_bert_dir, "roberta": tiny_roberta_dir, "mpnet": tiny_mpnet_dir}[kind]
   model, ck = sentence.load(folder)
   rng = np.random.default_rng(0)
   pad = ck.config.pad_token_id
-  # Rows 1 and 3 are left-padded: RoBERTa's position ids must skip the padding.
-  ids, mask = _ids(rng, pad, 200, [12, 7, 3, 9, 12], 12, left={1, 3})
+  # Rows 1 and 3 are left-padded: RoBERTa's position ids must skip the padding. 40 tokens
+  # reach MPNet's log-spaced relative buckets (distances 8 and more).
+  width = 40 if kind == "mpnet" else 12
+  ids, mask = _ids(rng, pad, 200, [width, 7, 3, 9, width - 5], width, left={1, 3})
   ours = np.asarray(model.transformer(jnp.asarray(ids), jnp.asarray(mask)))
   ref = _torch_hidden(folder, ids, mask)
   diff = np.abs(ours - ref)[mask.astype(bool)]
@@ -94,6 +96,13 @@ def test_random_init_is_glorot_uniform_from_config_alone():
   assert np.abs(kernel).max() <= limit
   assert np.abs(kernel).max() > 0.9 * limit  # uniform fills the interval
   np.testing.assert_array_equal(params["transformer.layers.0.intermediate.bias"], 0)
+
+
+def test_mpnet_relative_buckets_match_transformers():
+  from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+  from convfit_jax.models.transformer import relative_buckets
+  ref = MPNetEncoder.relative_position_bucket(torch.arange(-600, 601), num_buckets=32).numpy()
+  np.testing.assert_array_equal(relative_buckets(32, 601), ref)  # every distance, every edge
 
 
 def test_unsupported_configs_are_named():

@@ -1,9 +1,11 @@
-"""The BERT/RoBERTa encoder in flax.nnx, built from a Hugging Face `config.json`.
+"""The BERT/RoBERTa/MPNet encoder in flax.nnx, built from a Hugging Face `config.json`.
 
-One module covers `model_type` bert and roberta (MiniLM, DistilRoBERTa and
-RoBERTa-base/large are instances): learned absolute positions, post-LayerNorm
-blocks, exact GELU. The module tree mirrors the HF one layer for layer, so the
-key table in `convfit_jax.hf_io` is a plain renaming.
+One module covers `model_type` bert, roberta and mpnet (MiniLM, DistilRoBERTa,
+RoBERTa-base/large and all-mpnet-base-v2 are instances): learned absolute positions,
+post-LayerNorm blocks, exact GELU. MPNet adds a relative position bias (T5's
+bidirectional log buckets, one [buckets, heads] table shared by every layer, added to
+every layer's attention scores) and has no token types. The module tree mirrors the
+HF one layer for layer, so the key table in `convfit_jax.hf_io` is a plain renaming.
 
 Dropout takes an explicit PRNG key per call instead of NNX `Rngs` state: the
 model's state is then its parameters only, and a chunk re-run with the same key
@@ -19,14 +21,22 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
+import numpy as np
+
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "mpnet")
 # Model types whose position ids start at padding_idx + 1 and skip padding.
-_FAIRSEQ_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+_FAIRSEQ_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet")
+# MPNet's relative positions: distances beyond this share the last bucket.
+_MAX_DISTANCE = 128
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """The architecture fields of an HF BERT/RoBERTa `config.json`."""
+  """The architecture fields of an HF BERT/RoBERTa/MPNet `config.json`.
+
+  `type_vocab_size` 0 means no token-type embeddings (MPNet);
+  `relative_attention_num_buckets` > 0 adds MPNet's relative position bias.
+  """
 
   model_type: str = "bert"
   vocab_size: int = 30522
@@ -42,6 +52,7 @@ class TransformerConfig:
   layer_norm_eps: float = 1e-12
   pad_token_id: int = 0
   initializer_range: float = 0.02
+  relative_attention_num_buckets: int = 0
 
   @classmethod
   def from_hf_dict(cls, hf: dict[str, Any], source: str = "config") -> "TransformerConfig":
@@ -60,6 +71,12 @@ class TransformerConfig:
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: hf[k] for k in names if k in hf and hf[k] is not None}
     kwargs["model_type"] = model_type
+    if model_type == "mpnet":  # HF's MPNet: no token types, 32 buckets unless it says otherwise
+      kwargs["type_vocab_size"] = 0
+      kwargs.setdefault("relative_attention_num_buckets", 32)
+      kwargs.setdefault("pad_token_id", 1)
+    else:
+      kwargs["relative_attention_num_buckets"] = 0
     return cls(**kwargs)
 
   @property
@@ -116,6 +133,27 @@ def attention_bias(attention_mask: jax.Array) -> jax.Array:
   return jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min / 2)[:, None].astype(jnp.float32)
 
 
+def relative_buckets(num_buckets: int, length: int) -> np.ndarray:
+  """MPNet's bucket of every relative position k - q in [-(length - 1), length - 1]: [2 length - 1]
+  int32, entry length - 1 + (k - q).
+
+  Half the buckets for each direction; exact below a quarter of them, log-spaced up to
+  `_MAX_DISTANCE`, then the last. Computed on the host in float32 as transformers'
+  `MPNetEncoder.relative_position_bucket` computes it, so bucket edges (16, 32, 64 tokens
+  away) fall where they fall there (tests compare every distance).
+  """
+  n = -np.arange(-(length - 1), length)  # q - k
+  half = num_buckets // 2
+  exact = half // 2
+  far = np.abs(n)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    log_ratio = np.log(far.astype(np.float32) / np.float32(exact))
+    large = exact + (log_ratio / np.float32(np.log(_MAX_DISTANCE / exact))
+                     * np.float32(half - exact)).astype(np.int64)
+  large = np.minimum(large, half - 1)
+  return ((n < 0) * half + np.where(far < exact, far, large)).astype(np.int32)
+
+
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
   """Inverted dropout; the identity when `key` is None (deterministic)."""
   if key is None or rate == 0.0:
@@ -137,7 +175,7 @@ class _Dense(nnx.Linear):
 
 
 class Embeddings(nnx.Module):
-  """Word + position + token-type embeddings, then LayerNorm and dropout."""
+  """Word + position (+ token-type) embeddings, then LayerNorm and dropout."""
 
   def __init__(self, config: TransformerConfig, *, init, dtype, rngs: nnx.Rngs):
     self.config = config
@@ -145,14 +183,16 @@ class Embeddings(nnx.Module):
     emb = lambda n: nnx.Embed(n, h, embedding_init=init, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     self.word_embeddings = emb(config.vocab_size)
     self.position_embeddings = emb(config.max_position_embeddings)
-    self.token_type_embeddings = emb(config.type_vocab_size)
+    self.token_type_embeddings = emb(config.type_vocab_size) if config.type_vocab_size else None
     self.layer_norm = nnx.LayerNorm(h, epsilon=config.layer_norm_eps, dtype=dtype,
                                     param_dtype=jnp.float32, rngs=rngs)
 
   def __call__(self, input_ids, token_type_ids, dropout_key, position_ids=None):
     positions = position_ids_for(input_ids, self.config, position_ids)
-    x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-         + self.position_embeddings(positions))
+    x = self.word_embeddings(input_ids)
+    if self.token_type_embeddings is not None:  # HF's order of additions: the same rounding
+      x = x + self.token_type_embeddings(token_type_ids)
+    x = x + self.position_embeddings(positions)
     return dropout(self.layer_norm(x), self.config.hidden_dropout_prob, dropout_key)
 
 
@@ -237,6 +277,10 @@ class TransformerEncoder(nnx.Module):
     self.embeddings = Embeddings(config, init=initializer, dtype=dtype, rngs=rngs)
     self.layers = nnx.List([Layer(config, init=initializer, dtype=dtype, rngs=rngs)
                             for _ in range(config.num_hidden_layers)])
+    self.relative_attention_bias = (
+        nnx.Embed(config.relative_attention_num_buckets, config.num_attention_heads,
+                  embedding_init=initializer, param_dtype=jnp.float32, rngs=rngs)
+        if config.relative_attention_num_buckets else None)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array | None = None,
@@ -260,7 +304,26 @@ class TransformerEncoder(nnx.Module):
     keys = _split(dropout_key, len(self.layers) + 1)
     x = self.embeddings(input_ids, token_type_ids, keys[0], position_ids)
     bias = attention_bias(attention_mask)
+    if self.relative_attention_bias is not None:
+      bias = bias + self.relative_position_bias(input_ids.shape, position_ids)
     run = _run_layer_remat if self.remat else _run_layer
     for layer, key in zip(self.layers, keys[1:]):
       x = run(layer, x, bias, key)
     return x
+
+  def relative_position_bias(self, shape: tuple[int, int], position_ids: jax.Array | None) -> jax.Array:
+    """MPNet's [batch, heads, seq, seq] float32 bias for the relative position k - q.
+
+    HF measures k - q in row positions; within a sentence of a packed row the difference of
+    `position_ids` is the same distance, and across sentences the attention mask hides it.
+    """
+    batch, seq = shape
+    table = jnp.asarray(relative_buckets(self.config.relative_attention_num_buckets, seq))
+    if position_ids is None:
+      relative = np.arange(seq)[None, :] - np.arange(seq)[:, None]
+      buckets = jnp.broadcast_to(table[relative + seq - 1], (batch, seq, seq))
+    else:
+      relative = position_ids[:, None, :] - position_ids[:, :, None]
+      buckets = table[jnp.clip(relative, -(seq - 1), seq - 1) + seq - 1]
+    values = self.relative_attention_bias.embedding[...][buckets]  # [batch, q, k, heads]
+    return jnp.transpose(values, (0, 3, 1, 2)).astype(jnp.float32)
