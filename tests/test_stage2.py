@@ -141,3 +141,14 @@ def test_config_arguments_are_typed_by_their_defaults():
     common.parse_arg("n=three", "test", n=1)
   with pytest.raises(ValueError, match="needs a value"):
     common.parse_arg("n", "test", n=1)
+
+
+def test_mpnet_trains_and_exports_as_mpnet(tiny_mpnet_dir, tmp_path):
+  metrics = stage2.train_and_evaluate(_config(**_overrides(tiny_mpnet_dir, tmp_path,
+                                                           **{"train.max_steps": 4})))
+  assert metrics["steps"] == 4 and 0.0 <= metrics["knn_accuracy"] <= 1.0
+  enc = Encoder.from_pretrained(tmp_path / "model")
+  assert enc.model.config.model_type == "mpnet" and enc.model.transformer.relative_attention_bias is not None
+  start = Encoder.from_pretrained(tiny_mpnet_dir)
+  assert not np.allclose(enc.model.transformer.relative_attention_bias.embedding[...],
+                         start.model.transformer.relative_attention_bias.embedding[...])

@@ -53,8 +53,8 @@ OFFLINE_ENV_VARS = ("CONVFIT_OFFLINE", "HF_HUB_OFFLINE")
 
 
 def default_cache_dir() -> Path:
-  """~/.cache/convfit_jax (read at call time, so HOME can change)."""
-  return Path.home() / ".cache" / "convfit_jax"
+  """$CONVFIT_CACHE_DIR, else ~/.cache/convfit_jax (read at call time, so either can change)."""
+  return Path(os.environ.get("CONVFIT_CACHE_DIR") or Path.home() / ".cache" / "convfit_jax")
 
 
 def offline_reason() -> str | None:
