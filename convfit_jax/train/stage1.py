@@ -150,15 +150,14 @@ class Stage1:
     self.title = "Stage 1"
     self.cfg = LossConfig.from_config(config, mesh.shape[sharding.DATA])
     self.built = models.get(config.model.name).build(config.model, seed=config.seed)
-    d, t = config.data, config.train
+    d = config.data
     self.path = Path(d.train).expanduser()
     if not self.path.is_file():
       raise FileNotFoundError(f"data.train: {self.path.absolute()} does not exist "
                               "(relative paths are read from the current directory)")
     num_pairs = sum(1 for _ in self._conversations())
-    steps = batching.steps_per_epoch(num_pairs, t.batch_size) * t.epochs
-    self.total_steps = min(steps, t.max_steps) if t.max_steps > 0 else steps
-    self.pairs_per_step = t.batch_size
+    self.total_steps = trainer.total_steps(num_pairs, config.train)
+    self.pairs_per_step = config.train.batch_size
     self.counts = {"num_pairs": num_pairs, "total_steps": self.total_steps}
 
   def _conversations(self):

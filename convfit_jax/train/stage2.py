@@ -15,6 +15,7 @@ exported as an HF/sentence-transformers folder) is `train.trainer`'s.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -91,8 +92,7 @@ class Stage2:
     d = config.data
     self.pairs = pairs_lib.build_pairs(data.train.labels, d.negatives, seed=d.seed,
                                        max_pairs_per_label=d.max_pairs_per_label or None)
-    steps = batching.steps_per_epoch(len(self.pairs), t.batch_size) * t.epochs
-    self.total_steps = min(steps, t.max_steps) if t.max_steps > 0 else steps
+    self.total_steps = trainer.total_steps(len(self.pairs), t)
     self.pairs_per_step = t.batch_size
     num_params = count_params(nnx.state(self.built.model, nnx.Param))
     estimate = memory_estimate(num_params, config, self.built.model.encoder.config)
@@ -105,21 +105,17 @@ class Stage2:
                  self.pairs.summary(config.model.max_length), self.total_steps, estimate["total_mib"])
     self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
                                                    config.model.max_length)
-    self._rows = None
 
-  @property
+  @functools.cached_property
   def rows(self) -> int:
-    """Packed rows per process that every batch of the run fits in (computed once)."""
-    if self._rows is None:
-      self._rows = batching.pair_batch_rows(
-          self.table, self.pairs, batch_size=self.config.train.batch_size,
-          seed=self.config.data.seed, num_steps=self.total_steps,
-          process_count=jax.process_count(),
-          multiple=max(self.mesh.shape[sharding.DATA] // jax.process_count(), 1))
-      logging.info("stage2: %d sentences of a batch packed into %d rows of %d per process",
-                   2 * self.config.train.batch_size // jax.process_count(), self._rows,
-                   self.table.width)
-    return self._rows
+    """Packed rows per process that every batch of the run fits in (packs every batch once)."""
+    rows = batching.pair_batch_rows(
+        self.table, self.pairs, batch_size=self.config.train.batch_size,
+        seed=self.config.data.seed, num_steps=self.total_steps, process_count=jax.process_count(),
+        multiple=max(self.mesh.shape[sharding.DATA] // jax.process_count(), 1))
+    logging.info("stage2: %d sentences of a batch packed into %d rows of %d per process",
+                 2 * self.config.train.batch_size // jax.process_count(), rows, self.table.width)
+    return rows
 
   def batches(self, start_step: int) -> Iterator[batching.PairBatch]:
     return batching.prefetch(batching.pair_batches(

@@ -29,6 +29,7 @@ from flax import nnx
 
 from convfit_jax import evaluators as evaluators_lib
 from convfit_jax import sharding
+from convfit_jax.data import batching
 from convfit_jax.models import Built
 from convfit_jax.train import loop, optimizer
 from convfit_jax.train.checkpointing import Checkpointer
@@ -120,6 +121,14 @@ def init_state(config: ml_collections.ConfigDict, model: nnx.Module, total_steps
   tx, schedule = optimizer.from_config(config.train, total_steps)
   state = TrainState.create(model, tx, seed=config.seed)
   return place(state, sharding.param_shardings(state, mesh)), schedule
+
+
+def total_steps(num_examples: int, train_config: ml_collections.ConfigDict) -> int:
+  """Steps of `train.epochs` epochs of `train.batch_size`, cut to `train.max_steps` when > 0
+  (the schedule follows)."""
+  t = train_config
+  steps = batching.steps_per_epoch(num_examples, t.batch_size) * t.epochs
+  return min(steps, t.max_steps) if t.max_steps > 0 else steps
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, task_cls) -> dict[str, Any]:
