@@ -4,10 +4,13 @@
     emb = enc.encode(["how do I top up my card?"], normalize=True)   # [1, 384] float32
     enc.save_pretrained("out/")   # loads in transformers and sentence-transformers
 
-Batches are padded to one of a few fixed widths (powers of two up to
-`max_length`, and `max_length`) and a few fixed row counts, so XLA compiles a
-bounded number of shapes however many texts come in. Texts are sorted by length
-before batching (short texts are not padded to long ones) and returned in input order.
+Texts are packed several to a row as in training (`data.packing`: each token
+attends to its own sentence, positions restart per sentence), so no compute goes to
+padding and every vector equals the one the text gets alone, to float rounding.
+All rows of a call have the width of the smallest bucket (powers of two up to
+`max_length`, and `max_length`) that holds the longest text; row and sentence
+counts are powers of two, so XLA compiles a bounded number of shapes however many
+texts come in. Vectors come back in input order.
 """
 
 from __future__ import annotations
@@ -24,16 +27,25 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from convfit_jax import hf_io
+from convfit_jax.data import packing
 from convfit_jax.models import sentence
 from convfit_jax.models.heads import l2_normalize
 from convfit_jax.models.sentence import SentenceEncoder, flat_params
 from convfit_jax.tokenization import bucket, bucket_widths, check_texts, load_tokenizer
 
-@functools.partial(jax.jit, static_argnums=0)
-def _embed(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
-  """[rows, width] int32 ids and mask -> [rows, dim] float32, in eval mode. One compiled
-  program per (architecture, shape), shared by every `Encoder` of that architecture."""
-  return nnx.merge(graphdef, state)(ids, mask)
+
+def _powers_of_two(limit: int) -> list[int]:
+  """1, 2, 4, ... below `limit`, then `limit`."""
+  return [1 << k for k in range(max(limit - 1, 0).bit_length()) if 1 << k < limit] + [limit]
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, ids: jax.Array,
+           segments: jax.Array, positions: jax.Array, slots: jax.Array) -> jax.Array:
+  """Packed rows ([rows, width] int32 ids, segments, positions; [n, 2] int32 slots) ->
+  [n, dim] float32, in eval mode. One compiled program per (architecture, shape),
+  shared by every `Encoder` of that architecture."""
+  emb = nnx.merge(graphdef, state)(ids, segments, position_ids=positions, slots=slots)
+  return l2_normalize(emb) if normalize else emb
 
 
 class Encoder:
@@ -78,13 +90,15 @@ class Encoder:
   def dim(self) -> int:
     return self.model.dim
 
-  def encode(self, texts: Sequence[str], *, batch_size: int = 128, normalize: bool | None = None,
+  def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None,
              show_progress: bool | None = None) -> np.ndarray:
     """Encodes texts.
 
     Args:
       texts: n strings; an empty string is encoded (special tokens only).
-      batch_size: rows per device call (rounded to a power of two for small inputs).
+      batch_size: packed rows per device call (rounded up to a power of two for small
+        inputs); each row holds one or more texts. 16-32 rows encode fastest on a
+        2-core CPU (about 1,500 tokens a call); larger calls pay on accelerators.
       normalize: L2-normalise rows; defaults to the checkpoint's choice.
       show_progress: tqdm bar; by default on when stderr is a terminal and n > batch_size.
     Returns:
@@ -98,27 +112,28 @@ class Encoder:
     enc = self.tokenizer(texts, truncation=True, max_length=self.max_length,
                          return_attention_mask=False, return_token_type_ids=False)["input_ids"]
     lengths = np.fromiter((len(x) for x in enc), np.int64, len(enc))
-    order = np.argsort(-lengths, kind="stable")
-    widths = bucket_widths(self.max_length)
-    rows = [r for r in (1, 2, 4, 8, 16, 32, 64) if r < batch_size] + [batch_size]
-    pad_id = self.tokenizer.pad_token_id or 0
+    # One width for the whole input, the smallest bucket that holds its longest text;
+    # first-fit decreasing over all texts fills ~98% of it (banking77 at 48 tokens).
+    width = bucket(int(lengths.max()), bucket_widths(self.max_length))
+    placed = packing.place(lengths, width)
+    row_counts = _powers_of_two(batch_size)
     if show_progress is None:
       show_progress = sys.stderr.isatty() and len(texts) > batch_size
     state = nnx.state(self.model)  # read per call: training may have updated the model
-    for start in tqdm(range(0, len(texts), batch_size), disable=not show_progress, desc="encode",
-                      unit="batch"):
-      idx = order[start:start + batch_size]
-      width = bucket(int(lengths[idx].max()), widths)
-      n_rows = bucket(len(idx), rows)
-      ids = np.full((n_rows, width), pad_id, np.int32)
-      mask = np.zeros((n_rows, width), np.int32)
-      for r, i in enumerate(idx):
-        ids[r, :lengths[i]] = enc[i]
-        mask[r, :lengths[i]] = 1
-      emb = _embed(self._graphdef, state, ids, mask)
-      if normalize:
-        emb = l2_normalize(emb)
-      out[idx] = np.asarray(emb[:len(idx)], np.float32)
+    pending = []
+    with tqdm(total=len(texts), disable=not show_progress, desc="encode", unit="text") as bar:
+      for idx, where in packing.calls(placed, batch_size):
+        rows = bucket(int(where[:, 0].max()) + 1, row_counts)
+        batch = packing.fill([enc[i] for i in idx], where, rows, width)
+        # Unused slots pool row 0's padding (a zero vector) and are dropped.
+        slots = np.zeros((bucket(len(idx), _powers_of_two(rows * width)), 2), np.int32)
+        slots[:len(idx)] = batch.slots
+        # Dispatch is asynchronous: the host packs the next call while this one runs.
+        pending.append((idx, _embed(self._graphdef, normalize, state, batch.input_ids,
+                                    batch.segment_ids, batch.position_ids, slots)))
+        bar.update(len(idx))
+      for idx, emb in pending:
+        out[idx] = np.asarray(emb[:len(idx)], np.float32)
     return out
 
   def save_pretrained(self, folder: str | os.PathLike) -> str:

@@ -8,6 +8,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
 from convfit_jax import Encoder
+from convfit_jax.encoder import _embed
 from convfit_jax.tokenization import bucket_widths
 
 SENTENCES = [
@@ -51,7 +52,7 @@ def test_parity_with_sentence_transformers_encode(encoder, minilm_dir):
   assert np.abs(ours - ref).max() <= 1e-4
 
 
-def test_bucketed_padding_equals_unpadded_encoding(encoder):
+def test_packed_encoding_equals_one_text_at_a_time_unpadded(encoder):
   batched = encoder.encode(SENTENCES, batch_size=16)
   one_by_one = np.stack([encoder.encode([s], batch_size=1)[0] for s in SENTENCES[:8]])
   np.testing.assert_allclose(batched[:8], one_by_one, atol=1e-5)
@@ -62,6 +63,19 @@ def test_bucketed_padding_equals_unpadded_encoding(encoder):
   unpadded = np.stack(unpadded)
   unpadded /= np.linalg.norm(unpadded, axis=1, keepdims=True)
   np.testing.assert_allclose(batched[:4], unpadded, atol=1e-5)
+
+
+def test_packed_calls_compile_a_bounded_number_of_shapes(encoder):
+  """Texts of every length, in sets of different sizes: the shapes come from a small menu."""
+  rng = np.random.default_rng(0)
+  words = " ".join(SENTENCES).split()
+  sets = [[" ".join(rng.choice(words, rng.integers(0, 60))) for _ in range(n)] for n in (300, 301, 517)]
+  before = _embed._cache_size()  # pylint: disable=protected-access
+  outs = [encoder.encode(texts, batch_size=32) for texts in sets]
+  # widths 8..128 (5) x calls per set: full calls share shapes, only the tail differs
+  assert _embed._cache_size() - before <= 16  # pylint: disable=protected-access
+  again = encoder.encode(sets[0][::-1], batch_size=32)
+  np.testing.assert_allclose(again[::-1], outs[0], atol=1e-6)
 
 
 def test_bucket_widths_are_bounded():

@@ -37,6 +37,29 @@ def test_pack_keeps_every_token_in_order_from_either_padding_side():
   np.testing.assert_array_equal(packed.slots, [[4, 1], [4, 2], [5, 1]])
 
 
+def test_place_scales_and_calls_split_rows_into_blocks():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 49, 20000)
+  placed = packing.place(lengths, 48)
+  rows = placed[:, 0].max() + 1
+  used = np.bincount(placed[:, 0], lengths)
+  assert used.max() <= 48 and lengths.sum() / (rows * 48) > 0.97
+  starts = np.zeros(rows, np.int64)  # sequences sit end to end in segment order
+  for i in np.lexsort((placed[:, 1], placed[:, 0])):
+    assert placed[i, 2] == starts[placed[i, 0]]
+    starts[placed[i, 0]] += lengths[i]
+  seen = []
+  for k, (idx, where) in enumerate(packing.calls(placed, 64)):
+    assert where[:, 0].min() >= 0 and where[:, 0].max() < 64
+    np.testing.assert_array_equal(where[:, 0] + 64 * k, placed[idx, 0])
+    np.testing.assert_array_equal(where[:, 1:], placed[idx, 1:])
+    seen.extend(idx)
+  assert k == (rows - 1) // 64
+  np.testing.assert_array_equal(np.sort(seen), np.arange(lengths.size))
+  packed = packing.fill([np.full(n, 7) for n in lengths[idx]], where, 64, 48)
+  assert (packed.input_ids == 7).sum() == lengths[idx].sum()
+
+
 def _sentences(rng, n, width, pad, left=False):
   lengths = rng.integers(2, width + 1, n)
   ids = np.full((n, width), pad, np.int32)

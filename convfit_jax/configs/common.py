@@ -97,7 +97,7 @@ def intent_knn_eval(**overrides: Any) -> ml_collections.ConfigDict:
   e = _evaluator("intent_knn", every=0, predictor="text")
   e.k = 1
   e.vote = "majority"  # k > 1: majority | weighted
-  e.batch_size = 256
+  e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
   e.mlp = False  # also train the MLP baseline on frozen encodings of the training examples
   e.tsne = True  # t-SNE PNG of 12 intents (tsne_before.png and tsne_after.png; tsne.png)
   e.max_test = 0  # > 0: evaluate on a seeded subset of this many test rows
@@ -115,7 +115,7 @@ def response_selection_eval(**overrides: Any) -> ml_collections.ConfigDict:
   # JSONL cases {"context", "candidates", "label"}; relative to the current directory.
   e.file = "../shared/data/conversations/sgd/test_rs100.jsonl"
   e.num_cases = 0  # 0 = all cases; fewer for quick looks (a seeded sample)
-  e.batch_size = 128  # texts per encoder call
+  e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
   e.update(overrides)
   return e
 

@@ -16,7 +16,7 @@ Row counts are fixed per run (`rows_for`), so a packed run compiles one shape.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -53,27 +53,30 @@ def place(lengths: np.ndarray, width: int, rows: int | None = None) -> np.ndarra
   lengths = np.asarray(lengths, np.int64)
   if lengths.size and (lengths.min() < 1 or lengths.max() > width):
     raise ValueError(f"sequence lengths must be in 1..{width}, got {lengths.min()}..{lengths.max()}")
-  used: list[int] = []  # tokens used per open row
-  row_start = np.zeros((lengths.size, 2), np.int64)
+  # A max-tree over the free tokens of n rows (never more are needed; unopened rows are
+  # empty) finds the first row with room in O(log n), so whole datasets pack in
+  # milliseconds: encoding packs every input text at once.
+  leaves = 1 << max(lengths.size - 1, 0).bit_length()
+  free = [width] * (2 * leaves)
+  count = [0] * leaves
+  placed = np.zeros((lengths.size, 3), np.int64)
   # Longest first, ties by index: deterministic, and within 11/9 of the fewest rows.
   for i in np.argsort(-lengths, kind="stable"):
     n = int(lengths[i])
-    row = next((r for r, u in enumerate(used) if u + n <= width), len(used))
-    if row == len(used):
-      if rows is not None and row >= rows:
-        raise ValueError(f"{lengths.size} sequences of {int(lengths.sum())} tokens do not fit "
-                         f"in {rows} rows of {width}")
-      used.append(0)
-    row_start[i] = row, used[row]
-    used[row] += n
-  # Segment numbers count sentences left to right within each row.
-  by_position = np.lexsort((row_start[:, 1], row_start[:, 0]))
-  rows_sorted = row_start[by_position, 0]
-  new_row = np.r_[True, rows_sorted[1:] != rows_sorted[:-1]]
-  first = np.maximum.accumulate(np.where(new_row, np.arange(lengths.size), 0))
-  segment = np.empty(lengths.size, np.int64)
-  segment[by_position] = np.arange(lengths.size) - first + 1
-  return np.stack([row_start[:, 0], segment, row_start[:, 1]], axis=1)
+    node = 1
+    while node < leaves:
+      node = 2 * node if free[2 * node] >= n else 2 * node + 1
+    row = node - leaves
+    if rows is not None and row >= rows:
+      raise ValueError(f"{lengths.size} sequences of {int(lengths.sum())} tokens do not fit "
+                       f"in {rows} rows of {width}")
+    count[row] += 1
+    placed[i] = row, count[row], width - free[node]
+    free[node] -= n
+    while node > 1:
+      node //= 2
+      free[node] = max(free[2 * node], free[2 * node + 1])
+  return placed
 
 
 def rows_needed(lengths: np.ndarray, width: int) -> int:
@@ -102,14 +105,45 @@ def pack(input_ids: np.ndarray, attention_mask: np.ndarray, rows: int, width: in
   """
   input_ids, mask = np.asarray(input_ids), np.asarray(attention_mask).astype(bool)
   lengths = mask.sum(1)
-  placed = place(lengths, width, rows)
+  sequences = [input_ids[i][mask[i]] for i in range(len(lengths))]
+  return fill(sequences, place(lengths, width, rows), rows, width, row_offset)
+
+
+def fill(sequences: Sequence[Sequence[int]], placed: np.ndarray, rows: int, width: int,
+         row_offset: int = 0) -> Packed:
+  """Writes token sequences where `place` (or `chunks`) put them.
+
+  Args:
+    sequences: n token id sequences, without padding.
+    placed: [n, 3] int, row, segment and start of each sequence.
+    rows, width: the packed shape; padding id 0.
+    row_offset: added to the rows of `slots`.
+  """
   ids = np.zeros((rows, width), np.int32)
   segments = np.zeros((rows, width), np.int32)
   positions = np.zeros((rows, width), np.int32)
-  for i, (row, segment, start) in enumerate(placed):
-    n = lengths[i]
-    ids[row, start:start + n] = input_ids[i][mask[i]]
+  for sequence, (row, segment, start) in zip(sequences, placed):
+    n = len(sequence)
+    ids[row, start:start + n] = sequence
     segments[row, start:start + n] = segment
     positions[row, start:start + n] = np.arange(n)
   slots = np.stack([placed[:, 0] + row_offset, placed[:, 1]], axis=1).astype(np.int32)
   return Packed(ids, segments, positions, slots)
+
+
+def calls(placed: np.ndarray, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Splits a placement into consecutive blocks of `rows` rows, for inference.
+
+  Args:
+    placed: [n, 3] int as `place` returns.
+    rows: rows per block.
+  Yields:
+    (indices [k] int64 of the sequences in the block, their placement [k, 3] with rows
+    counted from the block's first).
+  """
+  order = np.argsort(placed[:, 0], kind="stable")
+  block = placed[order, 0] // rows
+  bounds = np.flatnonzero(np.r_[True, block[1:] != block[:-1], True])
+  for lo, hi in zip(bounds[:-1], bounds[1:]):
+    idx = order[lo:hi]
+    yield idx, placed[idx] - [block[lo] * rows, 0, 0]

@@ -24,7 +24,7 @@ from convfit_jax import registry
 class TextEncoder(Protocol):
   """Texts to vectors (what `convfit_jax.Encoder` is)."""
 
-  def encode(self, texts: Sequence[str], *, batch_size: int = 128,
+  def encode(self, texts: Sequence[str], *, batch_size: int = 32,
              normalize: bool | None = None) -> np.ndarray:
     """n texts -> [n, d] float32."""
 
@@ -33,7 +33,7 @@ class ResponseScorer(Protocol):
   """Scores candidate responses for contexts (a bi-encoder, or a cross-encoder pair by pair)."""
 
   def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], *,
-            batch_size: int = 128) -> np.ndarray:
+            batch_size: int = 32) -> np.ndarray:
     """n contexts, n lists of c candidates -> [n, c] float scores, higher is better."""
 
 

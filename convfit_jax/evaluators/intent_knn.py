@@ -20,7 +20,7 @@ from convfit_jax.evaluators import TextEncoder, knn, metrics, mlp, plots
 
 
 def evaluate_intents(encoder: TextEncoder, data: IntentData, *, k: int = 1, vote: str = "majority",
-                     batch_size: int = 256, test: IntentSplit | None = None, run_mlp: bool = False,
+                     batch_size: int = 32, test: IntentSplit | None = None, run_mlp: bool = False,
                      oos: bool = False, seed: int = 0, tsne_path: str | Path | None = None,
                      tsne_title: str = "", suffix: str = "") -> dict[str, Any]:
   """k-NN intent accuracy of `encoder` on `data`, with the diagnostics the paper reports.

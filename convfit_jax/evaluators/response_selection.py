@@ -32,7 +32,7 @@ class BiEncoderScorer:
     self.responses = responses
 
   def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], *,
-            batch_size: int = 128) -> np.ndarray:
+            batch_size: int = 32) -> np.ndarray:
     """[n, c] cosine similarities; each distinct candidate text is encoded once."""
     texts = sorted({t for cands in candidates for t in cands})
     index = {t: i for i, t in enumerate(texts)}
