@@ -32,6 +32,9 @@ M = sharding.MODEL
 # 128x260); the vocabulary 1002 is divisible by 2 but not by 4.
 CFG = TransformerConfig(vocab_size=1002, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=260, max_position_embeddings=32)
+MPNET_CFG = TransformerConfig.from_hf_dict(dict(
+    model_type="mpnet", vocab_size=1002, hidden_size=128, num_hidden_layers=2,
+    num_attention_heads=4, intermediate_size=260, max_position_embeddings=32))
 B, L = 16, 8
 
 
@@ -177,10 +180,11 @@ def _stage1_batch(seed):
           "response_mask": masks[1], "weights": np.ones((B,), np.float32)}
 
 
-def _stage1_run(mesh):
+def _stage1_run(mesh, config=CFG, remat=False):
   """Two Stage 1 steps through `trainer.make_train_step` (gradient cache, 2 chunks, dropout)."""
   tx, _ = optimizer.make_optimizer(learning_rate=1e-3, total_steps=10)
-  state = train_state.TrainState.create(DualEncoder(SentenceEncoder(CFG, rngs=nnx.Rngs(0))), tx)
+  state = train_state.TrainState.create(
+      DualEncoder(SentenceEncoder(config, rngs=nnx.Rngs(0), remat=remat)), tx)
   shardings = sharding.param_shardings(state, mesh)
   state = train_state.place(state, shardings)
   initial = jax.device_get(state.params)
@@ -196,11 +200,12 @@ def _stage1_run(mesh):
   return losses, initial, state.host_arrays()[0]
 
 
-def test_stage1_step_with_sharded_params_equals_replicated():
+@pytest.mark.parametrize("config, remat", [(CFG, False), (MPNET_CFG, True)], ids=["bert", "mpnet_remat"])
+def test_stage1_step_with_sharded_params_equals_replicated(config, remat):
   # The reference keeps 4 data shards: the gradient-cache chunks (and so their dropout
   # masks) take rows from every data shard, so 8 x 1 would draw other masks.
-  losses4, initial, params4 = _stage1_run(sharding.make_mesh(1, devices=jax.devices()[:4]))
-  losses2, _, params2 = _stage1_run(sharding.make_mesh(2))
+  losses4, initial, params4 = _stage1_run(sharding.make_mesh(1, devices=jax.devices()[:4]), config)
+  losses2, _, params2 = _stage1_run(sharding.make_mesh(2), config, remat)
   np.testing.assert_allclose(losses2, losses4, rtol=1e-5, atol=1e-5)
   assert _max_diff(params4, initial) > 1e-4
   assert _max_diff(params2, params4) < 1e-5

@@ -167,11 +167,21 @@ def _split(key: jax.Array | None, n: int) -> list[jax.Array | None]:
 
 
 class _Dense(nnx.Linear):
-  """nnx.Linear with the encoder's dtypes and initialiser."""
+  """nnx.Linear with the encoder's dtypes and initialiser.
+
+  Products accumulate in float32 whatever the compute dtype, and the result is rounded
+  to it once, after the bias: more exact in bfloat16, and on CPUs with AMX the only
+  bfloat16 matmul XLA runs on the tile unit (1.3 TFLOP/s against 0.2 for a bfloat16
+  result on this project's 2-core Xeon). Float32 compute is unchanged.
+  """
 
   def __init__(self, d_in, d_out, *, init, dtype, rngs):
     super().__init__(d_in, d_out, kernel_init=init, bias_init=nnx.initializers.zeros,
-                     dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+                     dtype=dtype, param_dtype=jnp.float32, preferred_element_type=jnp.float32,
+                     rngs=rngs)
+
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    return super().__call__(inputs).astype(self.dtype or jnp.float32)
 
 
 class Embeddings(nnx.Module):
@@ -222,7 +232,8 @@ class SelfAttention(nnx.Module):
     probs = jax.nn.softmax(scores, axis=-1)
     k_attn, k_out = _split(dropout_key, 2)
     probs = dropout(probs, c.attention_probs_dropout_prob, k_attn).astype(v.dtype)
-    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, -1)
+    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v, preferred_element_type=jnp.float32)
+    ctx = ctx.astype(v.dtype).reshape(b, s, -1)
     out = dropout(self.output(ctx), c.hidden_dropout_prob, k_out)
     return self.layer_norm(out + x)
 
