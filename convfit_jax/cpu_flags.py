@@ -1,10 +1,11 @@
 """XLA CPU code generation suited to the machine, set before JAX starts its backend.
 
-XLA's CPU backend vectorises for 256-bit registers unless told otherwise, so on a
-CPU with AVX-512 half of every vector FMA goes unused. Asking for 512-bit vectors
-takes encoding banking77 with all-MiniLM-L6-v2 from about 325 to 505 sentences/s on
-a 2-core Xeon with AVX-512 (benchmarks/encode_throughput.py, docs/benchmarks.md);
-training steps gain too. The flag is added only on CPUs that report `avx512f`,
+XLA's CPU backend vectorises for 256-bit registers unless told otherwise, which
+leaves half of each AVX-512 register unused in the code XLA generates itself.
+Asking for 512-bit vectors gained a few percent encoding banking77 with
+all-MiniLM-L6-v2 on a 2-core Xeon (494 -> 527 sentences/s, near the run-to-run
+noise; docs/benchmarks.md) and cost nothing measurable. The flag is added only on
+CPUs that report `avx512f`,
 only when XLA_FLAGS does not already choose a vector width, and only before the
 first JAX computation (XLA reads its flags once per process); set
 CONVFIT_CPU_FLAGS=0 to leave XLA_FLAGS alone.
