@@ -5,10 +5,9 @@ leaves half of each AVX-512 register unused in the code XLA generates itself.
 Asking for 512-bit vectors gained a few percent encoding banking77 with
 all-MiniLM-L6-v2 on a 2-core Xeon (494 -> 527 sentences/s, near the run-to-run
 noise; docs/benchmarks.md) and cost nothing measurable. The flag is added only on
-CPUs that report `avx512f`,
-only when XLA_FLAGS does not already choose a vector width, and only before the
-first JAX computation (XLA reads its flags once per process); set
-CONVFIT_CPU_FLAGS=0 to leave XLA_FLAGS alone.
+CPUs that report `avx512f`, only when XLA_FLAGS does not already choose a vector
+width, and only before the first JAX computation (XLA reads its flags once per
+process); set CONVFIT_CPU_FLAGS=0 to leave XLA_FLAGS alone.
 """
 
 from __future__ import annotations

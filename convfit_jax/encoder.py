@@ -38,6 +38,7 @@ def _powers_of_two(limit: int) -> list[int]:
   """1, 2, 4, ... below `limit`, then `limit`."""
   return [1 << k for k in range(max(limit - 1, 0).bit_length()) if 1 << k < limit] + [limit]
 
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, ids: jax.Array,
            segments: jax.Array, positions: jax.Array, slots: jax.Array) -> jax.Array:
@@ -113,7 +114,7 @@ class Encoder:
                          return_attention_mask=False, return_token_type_ids=False)["input_ids"]
     lengths = np.fromiter((len(x) for x in enc), np.int64, len(enc))
     # One width for the whole input, the smallest bucket that holds its longest text;
-    # first-fit decreasing over all texts fills ~98% of it (banking77 at 48 tokens).
+    # first-fit decreasing over all texts leaves little of it unused.
     width = bucket(int(lengths.max()), bucket_widths(self.max_length))
     placed = packing.place(lengths, width)
     row_counts = _powers_of_two(batch_size)

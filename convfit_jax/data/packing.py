@@ -111,7 +111,7 @@ def pack(input_ids: np.ndarray, attention_mask: np.ndarray, rows: int, width: in
 
 def fill(sequences: Sequence[Sequence[int]], placed: np.ndarray, rows: int, width: int,
          row_offset: int = 0) -> Packed:
-  """Writes token sequences where `place` (or `chunks`) put them.
+  """Writes token sequences where `place` (or a block of `calls`) put them.
 
   Args:
     sequences: n token id sequences, without padding.
