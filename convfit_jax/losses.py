@@ -1,7 +1,7 @@
 """ConvFiT's training losses, as pure functions of embeddings, labels and a weight mask.
 
 Stage 1 uses `mneg_loss` (multiple-negatives ranking over the global batch). Stage 2
-uses one of `STAGE2_LOSSES`, all called as
+on the paper's pairs (`train.sampler=pairs`) uses one of `STAGE2_LOSSES`, all called as
 
   loss_fn(u, v, labels, weights=None, *, params=None) -> scalar float32
 
@@ -13,14 +13,27 @@ not which pairs `ocl` selects as hard. Only `smax` uses `params` (its classifier
 
 Each loss reproduces the sentence-transformers 6.3.0 loss of the same name on the same
 embeddings (tests/test_losses.py checks it to 1e-5).
+
+Stage 2 on label batches (`train.sampler=labels`: P intents x K utterances) uses one of
+`DENSE_LOSSES`, called on the batch's sentences rather than on pairs:
+
+  loss_fn(emb, labels, weights=None, *, params=None, **options) -> scalar float32
+
+with `emb: [n, d]`, `labels: [n] int32` intent ids and `weights: [n] float32`. The pair
+losses (ocl, cos, smax, cl) score every pair i < j of the batch (`dense_pair_loss`);
+`supcon_loss` ranks each utterance's same-intent utterances above the rest. Under
+`jax.jit` with the batch sharded over the `data` axis the [n, n] similarities span the
+global batch: XLA gathers the embeddings of every device and host, as for `mneg_loss`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from convfit_jax.models import heads
 
@@ -214,6 +227,101 @@ STAGE2_LOSSES: dict[str, Stage2Loss] = {
     "cl": cl_loss,
 }
 
+
+# Stands for -inf in masked similarities: exp() of it is exactly 0 next to any real
+# similarity (|s| <= scale), yet a row with nothing left stays finite, gradient included.
+_MASKED = -1e9
+SUPCON_DENOMINATORS = ("all", "negatives")
+
+
+def dense_pair_loss(emb: jax.Array, labels: jax.Array, weights: jax.Array | None = None, *,
+                    loss: str, params=None, negative_ratio: float = 0.0, **options) -> jax.Array:
+  """A Stage 2 pair loss over every pair i < j of the batch.
+
+  Positives are the same-intent pairs, negatives all the others. `negative_ratio` sets
+  their balance: 0 weighs every pair 1 (a P x K batch has about P times more negatives
+  than positives); r > 0 scales the negatives so that their total weight is r times the
+  positives' (the paper's pairs have r = 2n, 6 at n = 3). A batch without positives
+  keeps weight 1 on its negatives. ocl is reduced by the weighted mean (its "sum" would
+  grow with the square of the batch).
+
+  Args:
+    emb: [n, d] float, the batch's sentence embeddings.
+    labels: [n] int32 intent ids.
+    weights: [n] float32, 0 on padding rows; a pair weighs the product of its rows'.
+    loss: a key of `STAGE2_LOSSES`.
+    params: the pair classifier, for smax.
+    negative_ratio: see above.
+    options: passed to the pair loss (margin for ocl / cl).
+  Returns:
+    scalar float32.
+  """
+  n = emb.shape[0]
+  w = _weights(weights, n)
+  # Static, so the gather indices are constants of the compiled step.
+  i, j = (jnp.asarray(x, jnp.int32) for x in np.triu_indices(n, k=1))
+  same = labels[i] == labels[j]
+  pair_w = w[i] * w[j]
+  if negative_ratio > 0:
+    pos_total = jnp.sum(jnp.where(same, pair_w, 0.0))
+    neg_total = jnp.sum(jnp.where(same, 0.0, pair_w))
+    scale = jnp.where(pos_total > 0, negative_ratio * pos_total / jnp.maximum(neg_total, 1e-12), 1.0)
+    pair_w = jnp.where(same, pair_w, pair_w * scale)
+  if loss == "ocl":
+    options = {"reduction": "mean", **options}
+  return STAGE2_LOSSES[loss](emb[i], emb[j], same.astype(jnp.int32), pair_w, params=params,
+                             **options)
+
+
+def supcon_loss(emb: jax.Array, labels: jax.Array, weights: jax.Array | None = None, *,
+                params=None, scale: float = 20.0, denominator: str = "all") -> jax.Array:
+  """Supervised contrastive loss over the batch (Khosla et al. 2020, L_out).
+
+  S_ij = scale * cos(e_i, e_j). Every row i with at least one positive (another real row
+  of its intent) is an anchor; its loss is the mean over its positives p of
+  -log(exp(S_ip) / sum_a exp(S_ia)), where a runs over
+    "all": every real row but i (Khosla et al.'s denominator);
+    "negatives": p and the rows of other intents (label-masked multiple negatives:
+      sentence-transformers' MNRL with the other same-intent columns masked out).
+  The loss is the weighted mean over anchors; a row alone with its intent in the batch
+  only serves as a negative to the others.
+
+  Args:
+    emb: [n, d] float.
+    labels: [n] int32 intent ids.
+    weights: [n] float32, 0 on padding rows (neither anchors, positives nor negatives).
+    params: unused; part of the common Stage 2 signature.
+    scale: the inverse temperature (20 = temperature 0.05, as `mneg_loss`).
+    denominator: "all" or "negatives", see above.
+  Returns:
+    scalar float32.
+  """
+  del params
+  if denominator not in SUPCON_DENOMINATORS:
+    raise ValueError(f"denominator must be one of {SUPCON_DENOMINATORS}, got {denominator!r}")
+  n = emb.shape[0]
+  w = _weights(weights, n)
+  real = w > 0
+  e = heads.l2_normalize(emb)
+  sim = scale * (e @ e.T)
+  same = labels[:, None] == labels[None, :]
+  other = ~jnp.eye(n, dtype=bool)
+  positive = same & other & real[:, None] & real[None, :]
+  if denominator == "all":
+    log_norm = jax.nn.logsumexp(jnp.where(other & real[None, :], sim, _MASKED), axis=1)[:, None]
+  else:
+    negatives = jax.nn.logsumexp(jnp.where(~same & real[None, :], sim, _MASKED), axis=1)
+    log_norm = jnp.logaddexp(sim, negatives[:, None])
+  n_pos = jnp.sum(positive, axis=1)
+  per_anchor = -jnp.sum(jnp.where(positive, sim - log_norm, 0.0), axis=1) / jnp.maximum(n_pos, 1)
+  return _weighted_mean(per_anchor, w * (n_pos > 0))
+
+
+# The losses of `train.sampler=labels`; each takes (emb, labels, weights, *, params, ...).
+DENSE_LOSSES: dict[str, Stage2Loss] = {
+    **{name: functools.partial(dense_pair_loss, loss=name) for name in ("smax", "cos", "ocl", "cl")},
+    "supcon": supcon_loss,
+}
 
 def duplicate_ids(hashes: jax.Array) -> jax.Array:
   """Per row, the first row of the batch with the same tokens: [B, 2] int32 digests

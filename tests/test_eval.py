@@ -44,6 +44,8 @@ def test_silhouette_matches_sklearn_cosine():
   want = skm.silhouette_score(x, y, metric="cosine")
   assert metrics.silhouette(x, y) == pytest.approx(want, abs=1e-5)
   assert metrics.silhouette(x, y) > metrics.silhouette(x, rng.permutation(y))
+  # Undefined, not an error: one example per label, or one label.
+  assert np.isnan(metrics.silhouette(x[:3], np.arange(3))) and np.isnan(metrics.silhouette(x, 0 * y))
 
 
 def test_response_selection_metrics():

@@ -253,3 +253,149 @@ def test_pair_classifier_is_trainable_with_nnx():
   assert np.isfinite(float(loss))
   assert grads.kernel[...].shape == (3 * u.shape[1], 2)
   assert float(jnp.abs(grads.kernel[...]).sum()) > 0
+
+
+# --- Stage 2 on label batches: every pair of the batch, supervised contrast -------------------
+
+
+def _batch(seed, n=12, d=6, num_labels=4):
+  rng = np.random.default_rng(seed)
+  emb = rng.normal(size=(n, d)).astype(np.float32)
+  labels = rng.integers(0, num_labels, size=n).astype(np.int32)
+  return emb, labels
+
+
+def _cos(a, b):
+  return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _dense_pair_reference(emb, labels, w, loss, negative_ratio, clf=None, margin=0.5):
+  """Every pair i < j by loops: (value of pair, is positive, weight), then the loss's rule."""
+  pairs = [(i, j) for i in range(len(emb)) for j in range(i + 1, len(emb)) if w[i] * w[j] > 0]
+  pos = [labels[i] == labels[j] for i, j in pairs]
+  weight = [float(w[i] * w[j]) for i, j in pairs]
+  n_pos = sum(wt for wt, p in zip(weight, pos) if p)
+  n_neg = sum(wt for wt, p in zip(weight, pos) if not p)
+  if negative_ratio > 0 and n_pos > 0:
+    weight = [wt if p else wt * negative_ratio * n_pos / n_neg for wt, p in zip(weight, pos)]
+  if loss == "cos":
+    terms = [(_cos(emb[i], emb[j]) - (0.8 if p else 0.3)) ** 2 for (i, j), p in zip(pairs, pos)]
+  elif loss == "cl":
+    terms = [0.5 * ((1 - _cos(emb[i], emb[j])) ** 2 if p else max(0.0, margin - 1 + _cos(emb[i], emb[j])) ** 2)
+             for (i, j), p in zip(pairs, pos)]
+  elif loss == "smax":
+    kernel, bias = np.asarray(clf.kernel[...]), np.asarray(clf.bias[...])
+    terms = []
+    for (i, j), p in zip(pairs, pos):
+      logits = np.concatenate([emb[i], emb[j], np.abs(emb[i] - emb[j])]) @ kernel + bias
+      terms.append(float(np.log(np.exp(logits).sum()) - logits[int(p)]))
+  else:  # ocl: hard pairs against the thresholds of this batch's pairs
+    dist = [1 - _cos(emb[i], emb[j]) for i, j in pairs]
+    dp = [x for x, p in zip(dist, pos) if p]
+    dn = [x for x, p in zip(dist, pos) if not p]
+    terms = []
+    for x, p in zip(dist, pos):
+      if p:
+        terms.append(x ** 2 if x > (min(dn) if dn else np.mean(dp)) else 0.0)
+      else:
+        terms.append(max(0.0, margin - x) ** 2 if x < (max(dp) if dp else np.mean(dn)) else 0.0)
+  return sum(wt * t for wt, t in zip(weight, terms)) / sum(weight)
+
+
+@pytest.mark.parametrize("negative_ratio", [0.0, 6.0])
+@pytest.mark.parametrize("name", ["ocl", "cos", "cl", "smax"])
+def test_dense_pair_losses_match_loop_reference(name, negative_ratio):
+  clf = heads.PairClassifier(6, rngs=nnx.Rngs(0))
+  for seed in (0, 1):
+    emb, labels = _batch(seed)
+    w = np.ones(len(emb), np.float32)
+    w[-2:] = [0.0, 0.5]  # a padding row and a half-weight row
+    got = losses.DENSE_LOSSES[name](emb, labels, w, params=clf, negative_ratio=negative_ratio)
+    want = _dense_pair_reference(emb, labels, w, name, negative_ratio, clf)
+    np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-6)
+
+
+def _supcon_reference(emb, labels, w, scale, denominator):
+  n = len(emb)
+  s = [[scale * _cos(emb[i], emb[j]) for j in range(n)] for i in range(n)]
+  total, weight = 0.0, 0.0
+  for i in range(n):
+    if w[i] == 0:
+      continue
+    positives = [p for p in range(n) if p != i and w[p] > 0 and labels[p] == labels[i]]
+    if not positives:
+      continue
+    terms = []
+    for p in positives:
+      if denominator == "all":
+        cands = [a for a in range(n) if a != i and w[a] > 0]
+      else:
+        cands = [p] + [a for a in range(n) if w[a] > 0 and labels[a] != labels[i]]
+      terms.append(-(s[i][p] - np.log(sum(np.exp(s[i][a]) for a in cands))))
+    total += w[i] * np.mean(terms)
+    weight += w[i]
+  return total / weight
+
+
+@pytest.mark.parametrize("denominator", ["all", "negatives"])
+def test_supcon_matches_loop_reference(denominator):
+  for seed in (0, 1, 2):
+    emb, labels = _batch(seed, n=10, num_labels=3)
+    labels[0] = 7  # an intent alone in the batch: a negative to the others, never an anchor
+    w = np.ones(len(emb), np.float32)
+    w[3] = 0.0
+    for scale in (1.0, 20.0):
+      got = losses.supcon_loss(emb, labels, w, scale=scale, denominator=denominator)
+      want = _supcon_reference(emb.astype(np.float64), labels, w, scale, denominator)
+      np.testing.assert_allclose(float(got), want, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="denominator"):
+    losses.supcon_loss(emb, labels, denominator="some")
+
+
+@pytest.mark.parametrize("name", sorted(losses.DENSE_LOSSES))
+def test_dense_padding_rows_change_nothing(name):
+  clf = heads.PairClassifier(6, rngs=nnx.Rngs(0))
+  emb, labels = _batch(5, n=10)
+  # Padding rows that would move every threshold if counted: copies of real rows under
+  # their own and under other labels, and an all-zero row.
+  pad = np.concatenate([emb[:2], -emb[2:3], np.zeros((1, 6), np.float32)])
+  pad_labels = np.array([labels[0], (labels[1] + 1) % 4, labels[2], labels[3]], np.int32)
+  ep, lp = np.concatenate([emb, pad]), np.concatenate([labels, pad_labels])
+  w = np.array([1.0] * 10 + [0.0] * 4, np.float32)
+  fn = lambda e, lab, w_: losses.DENSE_LOSSES[name](e, lab, w_, params=clf)
+  want, g0 = jax.value_and_grad(fn)(emb, labels, None)
+  got, g = jax.value_and_grad(fn)(ep, lp, w)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(g[:10], g0, atol=1e-6)
+  assert np.all(np.isfinite(g)) and np.all(g[10:] == 0)
+  assert abs(float(fn(ep, lp, np.ones(14, np.float32))) - float(want)) > 1e-4
+
+
+@pytest.mark.parametrize("name", sorted(losses.DENSE_LOSSES))
+def test_dense_sharded_equals_single_device(name):
+  assert jax.device_count() == 8
+  clf = heads.PairClassifier(6, rngs=nnx.Rngs(0))
+  emb, labels = _batch(8, n=16)
+  # Each row's positives and hardest negatives sit on other shards.
+  labels = (np.arange(16) % 5).astype(np.int32)
+  w = np.ones(16, np.float32)
+  w[-1] = 0.0
+  fn = lambda e, lab, w_: losses.DENSE_LOSSES[name](e, lab, w_, params=clf)
+  want, want_g = jax.value_and_grad(fn)(emb, labels, w)
+  rows = NamedSharding(make_mesh(), P(DATA))
+  args = [jax.device_put(x, rows) for x in (emb, labels, w)]
+  assert len(args[0].sharding.device_set) == 8
+  got, got_g = jax.jit(jax.value_and_grad(fn))(*args)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got_g, want_g, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(losses.DENSE_LOSSES))
+def test_dense_gradients_finite_for_identical_and_orthogonal(name):
+  clf = heads.PairClassifier(4, rngs=nnx.Rngs(0))
+  eye = np.eye(4, dtype=np.float32)
+  for emb in (np.concatenate([eye, eye]), np.ones((8, 4), np.float32)):
+    for labels in ([0, 0, 1, 1, 2, 2, 3, 3], [0] * 8, list(range(8))):
+      g = jax.grad(lambda e: losses.DENSE_LOSSES[name](e, jnp.asarray(labels, jnp.int32),
+                                                       params=clf))(emb)
+      assert np.all(np.isfinite(g)), (name, labels)

@@ -7,21 +7,27 @@ from convfit_jax.tasks import protocol
 
 
 def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
-  c = protocol_config.get_config(f"datasets=banking77,shots=2,seeds=0+1,losses=ocl,"
+  c = protocol_config.get_config(f"datasets=banking77,shots=2,seeds=0+1,losses=ocl+supcon,"
                                  f"init_from={tiny_bert_dir},workdir={tmp_path}")
-  assert (c.shots, c.seeds, c.losses) == ((2,), (0, 1), ("ocl",))  # typed, no string round trip
+  assert (c.shots, c.seeds, c.losses) == ((2,), (0, 1), ("ocl", "supcon"))  # typed
   c.stage2.train.max_steps = 2
   c.stage2.evals.knn.max_test = 40
   c.stage2.train.batch_size = 8
+  c.stage2.train.labels_per_batch = 4
+  c.stage2.train.examples_per_label = 2
   c.stage2.evals.knn.extra_pools = (5,)
   results = protocol.run(c)
-  assert [(r["seed"], r["loss"], r["shots"]) for r in results] == [(0, "ocl", 2), (1, "ocl", 2)]
+  assert [(r["seed"], r["loss"], r["shots"]) for r in results] == [
+      (0, "ocl", 2), (1, "ocl", 2), (0, "supcon", 2), (1, "supcon", 2)]
   assert (tmp_path / "banking77_2shot_ocl_seed1" / "model" / "model.safetensors").is_file()
+  supcon = json.loads((tmp_path / "banking77_2shot_supcon_seed0" / "config.json").read_text())
+  assert (supcon["train"]["sampler"], supcon["train"]["loss"]) == ("labels", "supcon")
+  assert results[2]["sentences_per_step"] == 8 and "pairs_positive" not in results[2]
   assert json.loads((tmp_path / "results.json").read_text()) == results
   md = (tmp_path / "results.md").read_text()
   lines = md.splitlines()
   assert lines[0] == "| method | banking77 2-shot |"
-  knn = [r["knn_accuracy"] for r in results]
+  knn = [r["knn_accuracy"] for r in results[:2]]
   mean = 100 * sum(knn) / 2
   row = next(l for l in lines if l.startswith("| ConvFiT Stage 2 (ocl)"))
   assert f"{mean:.2f} ± " in row
@@ -31,6 +37,7 @@ def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   assert all(r["num_pool_pool5"] == 77 * 5 for r in results)
   assert "test examples: banking77 40." in md
   assert any(l.startswith("| ConvFiT Stage 2 (ocl), k-NN, pool 5-shot |") for l in lines)
+  assert any(l.startswith("| ConvFiT Stage 2 (supcon), k-NN |") for l in lines)
 
 
 def test_table_layout_with_missing_cells():

@@ -122,8 +122,9 @@ def test_checkpoint_restores_a_sharded_state_sharded(tmp_path):
   assert _max_diff(restored.arrays(), saved.arrays()) == 0.0
 
 
-def _stage2_batch(seed):
-  """B // 2 pairs over B sentences packed two to a row (`data.packing`): [B // 2, 2L] rows."""
+def _stage2_batch(seed, sampler="pairs"):
+  """B // 2 pairs over B sentences packed two to a row (`data.packing`): [B // 2, 2L] rows;
+  for sampler=labels the B sentences are B // 4 intents x 4."""
   rng = np.random.default_rng(seed)
   lengths = rng.integers(3, L + 1, size=(B // 2, 2))
   col = np.arange(2 * L)[None, :]
@@ -133,6 +134,10 @@ def _stage2_batch(seed):
   positions = np.where(second, col - L, np.where(first, col, 0)).astype(np.int32)
   slots = np.stack([np.arange(B) // 2, np.arange(B) % 2 + 1], axis=1).astype(np.int32)
   same, different = pairs_lib.loss_targets("smax")
+  if sampler == "labels":
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "slots": slots,
+            "labels": rng.permutation(np.arange(B) % (B // 4)).astype(np.int32),
+            "weights": (np.arange(B) != B - 1).astype(np.float32)}
   return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "slots": slots,
           "u_idx": rng.permutation(B)[:B // 2].astype(np.int32),
           "v_idx": rng.permutation(B)[:B // 2].astype(np.int32),
@@ -140,10 +145,11 @@ def _stage2_batch(seed):
           "weights": np.ones((B // 2,), np.float32)}
 
 
-def _stage2_run(model_parallel):
+def _stage2_run(model_parallel, objective="smax"):
   """Two Stage 2 steps (the first has learning rate 0: warm-up) on a data x model mesh."""
   mesh = sharding.make_mesh(model_parallel)
-  config = stage2_config.get_config("loss=smax")
+  config = stage2_config.get_config()
+  config.train.sampler, config.train.loss = stage2_config.parse_objective(objective)
   config.train.learning_rate = 1e-3
   model = SiameseEncoder(SentenceEncoder(CFG, rngs=nnx.Rngs(0), projection_dim=64),
                          heads.PairClassifier(64, rngs=nnx.Rngs(1)))
@@ -153,18 +159,20 @@ def _stage2_run(model_parallel):
   initial = jax.device_get(state.params)
   # As the trainer jits the Stage 2 task's step.
   step_fn = trainer.make_train_step(
-      functools.partial(stage2.loss_and_grads, loss="smax", margin=config.train.margin), mesh)
+      functools.partial(stage2.loss_and_grads, train_config=config.train), mesh)
   losses = []
   for seed in range(2):
-    state, out = step_fn(state, sharding.global_batch(_stage2_batch(seed), mesh))
+    batch = _stage2_batch(seed, config.train.sampler)
+    state, out = step_fn(state, sharding.global_batch(batch, mesh))
     losses.append(float(out["loss"]))
   _assert_placed_as(state, shardings)
   return losses, initial, state.host_arrays()[0]
 
 
-def test_stage2_step_with_sharded_params_equals_replicated():
-  losses8, initial, params8 = _stage2_run(1)
-  losses2, _, params2 = _stage2_run(2)
+@pytest.mark.parametrize("objective", ["smax", "supcon", "dense_smax"])
+def test_stage2_step_with_sharded_params_equals_replicated(objective):
+  losses8, initial, params8 = _stage2_run(1, objective)
+  losses2, _, params2 = _stage2_run(2, objective)
   np.testing.assert_allclose(losses2, losses8, rtol=1e-5, atol=1e-5)
   assert _max_diff(params8, initial) > 1e-4  # the second step trained
   assert _max_diff(params2, params8) < 1e-5

@@ -12,6 +12,8 @@ from safetensors.numpy import load_file
 
 from configs import stage2 as stage2_config
 from conftest import REPO
+from convfit_jax import losses
+from convfit_jax.configs import stage2 as stage2_settings
 from convfit_jax import Encoder
 from convfit_jax.train import loop, stage2
 
@@ -62,6 +64,25 @@ def test_tiny_run_writes_metrics_and_a_loadable_model(loss, tiny_bert_dir, tmp_p
                          start.model.transformer.embeddings.layer_norm.scale[...])
 
 
+@pytest.mark.parametrize("loss", ["supcon", "ocl"])
+def test_label_batches_train_on_a_users_csv(loss, tiny_bert_dir, tmp_path):
+  fixtures = REPO / "tests" / "fixtures"
+  o = _overrides(tiny_bert_dir, tmp_path, **{
+      "data.name": "csv", "data.train_file": str(fixtures / "intent_train.csv"),
+      "data.test_file": str(fixtures / "intent_test.csv"), "data.shots": 0,
+      "train.labels_per_batch": 3, "train.examples_per_label": 2, "train.max_steps": 4})
+  metrics = stage2.train_and_evaluate(_config(f"sampler=labels,loss={loss}", **o))
+  assert metrics["steps"] == 4 and metrics["sentences_per_step"] == 6
+  assert "pairs_positive" not in metrics and 0.0 <= metrics["knn_accuracy"] <= 1.0
+  config = json.loads((tmp_path / "config.json").read_text())["train"]
+  assert (config["sampler"], config["loss"]) == ("labels", loss)
+  log = (tmp_path / "log.txt").read_text()
+  assert "label batches: 3 intents x 2 utterances" in log and "sentences/s" in log
+  moved = Encoder.from_pretrained(tmp_path / "model").model.transformer.embeddings.layer_norm.scale[...]
+  start = Encoder.from_pretrained(tiny_bert_dir).model.transformer.embeddings.layer_norm.scale[...]
+  assert not np.allclose(moved, start)
+
+
 def test_dry_run_counts_without_training(tiny_bert_dir, tmp_path):
   metrics = stage2.train_and_evaluate(_config(**_overrides(tiny_bert_dir, tmp_path), dry_run=True))
   assert metrics["pairs_positive"] == 77 and metrics["memory_estimate"]["total_mib"] > 0
@@ -81,8 +102,10 @@ def _cli(overrides):
       f"--config.{k}={v}" for k, v in overrides.items()]
 
 
-def test_killed_run_resumes_to_the_same_parameters(tiny_bert_dir, tmp_path):
-  steps = {"train.max_steps": 24}
+@pytest.mark.parametrize("sampler", ["pairs", "labels"])
+def test_killed_run_resumes_to_the_same_parameters(sampler, tiny_bert_dir, tmp_path):
+  steps = {"train.max_steps": 24, "train.sampler": sampler, "train.labels_per_batch": 4,
+           "train.examples_per_label": 2}
   full = tmp_path / "full"
   r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
                      text=True, timeout=900)
@@ -119,6 +142,35 @@ def test_killed_run_resumes_to_the_same_parameters(tiny_bert_dir, tmp_path):
                      text=True, timeout=900)
   assert r.returncode == 0 and "already finished" in r.stderr
   assert sorted(p.name for p in (full / "checkpoints").iterdir()) == before
+
+
+def test_sampler_and_loss_combinations_are_checked():
+  for arg, match in (("sampler=pairs,loss=supcon", "supcon needs train.sampler=labels"),
+                     ("sampler=labels,loss=mneg", "choose one of"),
+                     ("sampler=triples", "train.sampler='triples'")):
+    with pytest.raises(ValueError, match=match):
+      stage2.check_train_config(_config(arg).train)
+  c = _config("sampler=labels")
+  c.train.examples_per_label = 1
+  with pytest.raises(ValueError, match="must be >= 2"):
+    stage2.check_train_config(c.train)
+  assert set(losses.DENSE_LOSSES) == set(losses.STAGE2_LOSSES) | {"supcon"}
+  for name in ("ocl", "dense_ocl", "dense_cos", "supcon"):
+    c = _config()
+    c.train.sampler, c.train.loss = stage2_settings.parse_objective(name)
+    assert stage2_settings.objective(c.train) == name
+
+
+def test_dense_config_is_stage2_on_label_batches():
+  from configs import stage2_dense  # pylint: disable=import-outside-toplevel
+  c = stage2_dense.get_config()
+  assert (c.train.sampler, c.train.loss, c.data.shots) == ("labels", "supcon", 10)
+  assert c.workdir == "workdirs/stage2_dense/banking77_10shot_supcon_seed0"
+  paper = stage2_config.get_config()
+  assert (paper.train.sampler, paper.train.loss) == ("pairs", "ocl")  # stage2.py stays the paper's
+  c = stage2_dense.get_config("dataset=clinc150,shots=0,loss=ocl,runlocal")
+  assert (c.train.sampler, c.train.loss, c.train.max_steps) == ("labels", "ocl", 20)
+  assert c.workdir.endswith("clinc150_fullshot_dense_ocl_seed0")
 
 
 def test_config_arguments_and_typos():

@@ -280,7 +280,7 @@ def test_logged_loss_is_the_window_mean(tmp_path):
   ckpt = checkpointing.Checkpointer(tmp_path / "ck", save_every=100)
   sched = optimizer.linear_warmup_decay(1e-2, 10, 0.1)
   _, seconds = loop.fit(_loop_state(), _counting_step(), iter(range(10)), total_steps=10,
-                        pairs_per_step=4, schedule=sched, workdir=rec, checkpointer=ckpt,
+                        examples_per_step=4, schedule=sched, workdir=rec, checkpointer=ckpt,
                         log_every=4, to_device=lambda b: b, train_seconds=1.5)
   ckpt.close()
   assert sorted(rec.scalars) == [4, 8, 10]
@@ -297,7 +297,7 @@ def test_nan_names_the_window_and_its_checkpoint_is_not_saved(tmp_path):
   batches = iter(np.arange(24).reshape(12, 2))  # batch k holds rows 2k, 2k + 1
   with pytest.raises(loop.NonFiniteLossError, match=r"loss is nan at steps 5-8; batch indices "
                      r"\[8, 9, 10, 11, 12, 13, 14, 15\]"):
-    loop.fit(_loop_state(), _counting_step(nan_at=6), batches, total_steps=12, pairs_per_step=2,
+    loop.fit(_loop_state(), _counting_step(nan_at=6), batches, total_steps=12, examples_per_step=2,
              schedule=sched, workdir=_Recorder(), checkpointer=ckpt, log_every=100,
              to_device=lambda b: b, batch_rows=lambda b: b)
   ckpt.close()
@@ -329,7 +329,7 @@ class _BatchNormTask:
 
   title = "toy"
   total_steps = 12
-  pairs_per_step = 16
+  examples_per_step, examples_name = 16, "pairs"
 
   def __init__(self, config, mesh, *, die_at=None):
     from convfit_jax.models import Built  # pylint: disable=import-outside-toplevel

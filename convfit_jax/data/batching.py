@@ -95,7 +95,8 @@ class ConversationBatch(NamedTuple):
   weights: np.ndarray
 
 
-def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+def process_slot(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  """(process_index, process_count), each defaulting to jax's, checked."""
   if process_index is None or process_count is None:
     import jax  # pylint: disable=import-outside-toplevel
     process_index = jax.process_index() if process_index is None else process_index
@@ -105,7 +106,8 @@ def _process(process_index: int | None, process_count: int | None) -> tuple[int,
   return process_index, process_count
 
 
-def _check_divisible(batch_size: int, process_count: int):
+def check_divisible(batch_size: int, process_count: int):
+  """Every process takes an equal slice of the global batch."""
   if batch_size <= 0 or batch_size % process_count:
     raise ValueError(f"batch_size {batch_size} must be a positive multiple of the "
                      f"process count {process_count}")
@@ -156,7 +158,7 @@ def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
     rows: packed rows per process (`pair_batch_rows`).
     process_index, process_count: which slice of the global batch to return.
   """
-  _check_divisible(batch_size, process_count)
+  check_divisible(batch_size, process_count)
   k = len(pair_ids)
   sentence_ids, u_idx, v_idx = _batch_sentences(pairs, pair_ids, batch_size)
   batch_targets = np.zeros((batch_size,), np.float32)
@@ -229,8 +231,8 @@ def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, rows: int,
     num_steps: steps to produce (None: without end).
     process_index, process_count: default jax.process_index() / process_count().
   """
-  process_index, process_count = _process(process_index, process_count)
-  _check_divisible(batch_size, process_count)
+  process_index, process_count = process_slot(process_index, process_count)
+  check_divisible(batch_size, process_count)
   if len(table) != pairs.num_sentences:
     raise ValueError(f"table has {len(table)} sentences, pairs index {pairs.num_sentences}")
   if len(pairs) == 0:
@@ -275,8 +277,8 @@ def conversation_batches(open_epoch: Callable[[int], Iterable[Conversation]], to
     process_index, process_count: default jax.process_index() / process_count();
       each process tokenises only its B/P rows.
   """
-  process_index, process_count = _process(process_index, process_count)
-  _check_divisible(batch_size, process_count)
+  process_index, process_count = process_slot(process_index, process_count)
+  check_divisible(batch_size, process_count)
   step = 0
   for epoch in range(num_epochs):
     chunk: list[Conversation] = []

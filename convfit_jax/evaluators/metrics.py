@@ -50,8 +50,14 @@ def silhouette(encodings, labels) -> float:
 
   Args:
     encodings: [n, d] float.
-    labels: [n] int, at least two distinct labels.
+    labels: [n] int.
+  Returns:
+    the coefficient, or NaN where it is undefined: fewer than 2 distinct labels, or no
+    label with two examples (a test set of one example per intent).
   """
+  k = len(np.unique(np.asarray(labels)))
+  if not 2 <= k <= len(labels) - 1:
+    return float("nan")
   return float(silhouette_score(np.asarray(encodings, np.float32), np.asarray(labels),
                                 metric="cosine"))
 

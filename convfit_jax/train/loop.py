@@ -52,13 +52,13 @@ def check_finite(value: float, step: int, batch_indices: Sequence[int] | np.ndar
 
 
 def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
-        total_steps: int, pairs_per_step: int, schedule: optax.Schedule,
+        total_steps: int, examples_per_step: int, schedule: optax.Schedule,
         workdir: Workdir, checkpointer: Checkpointer, log_every: int,
         to_device: Callable[[Any], Any],
         batch_rows: Callable[[Any], np.ndarray] | None = None,
         eval_due: Callable[[int], bool] | None = None,
         evaluate: Callable[[TrainState, int], Any] | None = None,
-        train_seconds: float = 0.0) -> tuple[TrainState, float]:
+        train_seconds: float = 0.0, examples_name: str = "pairs") -> tuple[TrainState, float]:
   """Runs `step_fn` from `state.step` to `total_steps`; returns (state, seconds spent training).
 
   Args:
@@ -67,7 +67,7 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
       every output a float32 scalar.
     batches: host batches starting at `state.step`.
     total_steps: the step to stop at.
-    pairs_per_step: training pairs per step, for the pairs/second figure.
+    examples_per_step: training examples per step, for the examples/second figure.
     schedule: the learning-rate schedule, logged.
     to_device: host batch -> what `step_fn` takes (e.g. global sharded arrays).
     batch_rows: host batch -> dataset rows (or None), named when the window's loss is NaN.
@@ -75,8 +75,9 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
       (not at the last step: callers evaluate the final state themselves).
     train_seconds: seconds already spent (a resumed run), added to; saved with each
       checkpoint as meta {"train_seconds": ...}.
+    examples_name: what an example is ("pairs", "sentences"), naming that figure.
   Logged every window (TensorBoard and the progress bar): the window means of every
-  output of `step_fn` (`train/loss`, `train/grad_norm`), the learning rate, pairs/s.
+  output of `step_fn` (`train/loss`, `train/grad_norm`), the learning rate, examples/s (`train/<examples_name>_per_second`).
   Timed: data wait, steps and the window's read-back; checkpoints and evaluation are not.
   """
   start = int(jax.device_get(state.step))
@@ -104,12 +105,12 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
         check_finite(totals[key], step, window_rows, what=what, first_step=first)
     n = step - first + 1
     means = {f"train/{k}": v / n for k, v in totals.items()}
-    pairs_s = n * pairs_per_step / max(elapsed, 1e-9)
-    bar.set_postfix(loss=f"{means['train/loss']:.4f}", pairs_s=f"{pairs_s:.1f}")
+    rate = n * examples_per_step / max(elapsed, 1e-9)
+    bar.set_postfix({"loss": f"{means['train/loss']:.4f}", f"{examples_name}/s": f"{rate:.1f}"})
     workdir.write_scalars(step, {**means, "train/learning_rate": float(schedule(step - 1)),
-                                 "train/pairs_per_second": pairs_s})
-    logging.info("steps %d-%d: loss %.4f, %.1f pairs/s", first, step, means["train/loss"], pairs_s,
-                 extra=FILE_ONLY)
+                                 f"train/{examples_name}_per_second": rate})
+    logging.info("steps %d-%d: loss %.4f, %.1f %s/s", first, step, means["train/loss"], rate,
+                 examples_name, extra=FILE_ONLY)
     checkpointer.save(state, meta={"train_seconds": train_seconds})
     if due_eval:
       evaluate(state, step)

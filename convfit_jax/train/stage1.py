@@ -156,8 +156,9 @@ class Stage1:
       raise FileNotFoundError(f"data.train: {self.path.absolute()} does not exist "
                               "(relative paths are read from the current directory)")
     num_pairs = sum(1 for _ in self._conversations())
-    self.total_steps = trainer.total_steps(num_pairs, config.train)
-    self.pairs_per_step = config.train.batch_size
+    self.total_steps = trainer.total_steps(
+        batching.steps_per_epoch(num_pairs, config.train.batch_size), config.train)
+    self.examples_per_step, self.examples_name = config.train.batch_size, "pairs"
     self.counts = {"num_pairs": num_pairs, "total_steps": self.total_steps}
 
   def _conversations(self):

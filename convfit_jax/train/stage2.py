@@ -1,13 +1,19 @@
 """ConvFiT Stage 2: task-tailored contrastive fine-tuning on intent pairs.
 
 Model: `models.siamese` (the sentence encoder: Transformer, masked mean pooling,
-Dense(d_o) + tanh; plus the pair classifier for the `smax` loss). Data: the paper's
-pairs (every same-intent pair, 2n different-intent negatives per positive) as index
-arrays into one table of tokenised training sentences. Each step encodes the batch's
-distinct sentences once, packed several to a row (`data.packing`: banking77's
-utterances fill a third of a padded batch), and scores the B pairs from those
-embeddings, so a sentence that appears in several pairs of a batch costs one forward
-pass and padding costs nothing.
+Dense(d_o) + tanh; plus the pair classifier for the `smax` loss). Data, by
+`train.sampler`:
+
+  pairs: the paper's pairs (every same-intent pair, 2n different-intent negatives per
+    positive) as index arrays into one table of tokenised training sentences, B pairs a
+    step, scored by a loss of `losses.STAGE2_LOSSES`;
+  labels: P intents x K utterances a step (`data.label_batches`), every utterance once
+    an epoch, scored over every pair of the batch or by supervised contrast
+    (`losses.DENSE_LOSSES`).
+
+Each step encodes the batch's distinct sentences once, packed several to a row
+(`data.packing`: banking77's utterances fill a third of a padded batch), so a sentence
+that appears in several pairs of a batch costs one forward pass and padding costs nothing.
 
 The run itself (k-NN before, training with checkpoints, k-NN after, the model
 exported as an HF/sentence-transformers folder) is `train.trainer`'s.
@@ -27,14 +33,30 @@ from absl import logging
 from flax import nnx
 
 from convfit_jax import losses, models, sharding
-from convfit_jax.data import batching, intent, pairs as pairs_lib
+from convfit_jax.configs.stage2 import objective
+from convfit_jax.data import batching, intent, label_batches, pairs as pairs_lib
 from convfit_jax.encoder import Encoder
 from convfit_jax.models.siamese import SiameseEncoder
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState, count_params
 
-BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "slots", "u_idx", "v_idx", "targets",
-              "weights")
+SAMPLERS = ("pairs", "labels")
+BATCH_KEYS = {
+    "pairs": ("input_ids", "attention_mask", "position_ids", "slots", "u_idx", "v_idx", "targets",
+              "weights"),
+    "labels": ("input_ids", "attention_mask", "position_ids", "slots", "labels", "weights"),
+}
+
+
+def dense_options(train_config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The keyword options of `losses.DENSE_LOSSES[train.loss]` from `train`."""
+  t = train_config
+  if t.loss == "supcon":
+    return {"scale": t.scale, "denominator": t.supcon_denominator}
+  options = {"negative_ratio": t.negative_ratio}
+  if t.loss in ("ocl", "cl"):
+    options["margin"] = t.margin
+  return options
 
 
 def loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: jax.Array | None, *,
@@ -56,16 +78,45 @@ def loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: 
                                     **kwargs)
 
 
-def loss_and_grads(state: TrainState, batch: Mapping[str, jax.Array], *, loss: str, margin: float):
-  """`trainer.Task.loss_and_grads` of the Stage 2 loss (dropout on, keyed by the step)."""
-  return trainer.value_and_grad(
-      lambda model, b, key: loss_fn(model, b, key, loss=loss, margin=margin), state, batch)
+def dense_loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: jax.Array | None,
+                  *, loss: str, options: Mapping[str, Any]) -> jax.Array:
+  """The dense Stage 2 loss of one label batch.
+
+  Args:
+    batch: input_ids, attention_mask, position_ids [R, W] int32 (the batch's distinct
+      sentences, packed); slots [B, 2] int32 (each place's row and sentence number);
+      labels [B] int32; weights [B] float32.
+    loss: a key of `losses.DENSE_LOSSES`; options: its keyword options.
+  """
+  emb = model.encoder(batch["input_ids"], batch["attention_mask"], dropout_key=dropout_key,
+                      position_ids=batch["position_ids"], slots=batch["slots"])
+  return losses.DENSE_LOSSES[loss](emb, batch["labels"], batch["weights"], params=model.classifier,
+                                   **options)
+
+
+def loss_and_grads(state: TrainState, batch: Mapping[str, jax.Array], *,
+                   train_config: ml_collections.ConfigDict):
+  """`trainer.Task.loss_and_grads` of the Stage 2 loss `train_config` names (dropout on,
+  keyed by the step)."""
+  t = train_config
+  if t.sampler == "labels":
+    options = dense_options(t)
+    fn = lambda model, b, key: dense_loss_fn(model, b, key, loss=t.loss, options=options)
+  else:
+    fn = lambda model, b, key: loss_fn(model, b, key, loss=t.loss, margin=t.margin)
+  return trainer.value_and_grad(fn, state, batch)
+
+
+def sentences_per_step(train_config: ml_collections.ConfigDict) -> int:
+  """Sentences a step encodes at most: 2B for B pairs, P*K for a label batch."""
+  t = train_config
+  return t.labels_per_batch * t.examples_per_label if t.sampler == "labels" else 2 * t.batch_size
 
 
 def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_config) -> dict[str, float]:
   """Rough training memory in MiB: float32 parameters, gradients and two AdamW moments,
-  plus activations of the [2B, L] sentence batch kept for the backward pass."""
-  rows, length = 2 * config.train.batch_size, config.model.max_length
+  plus activations of the step's sentences kept for the backward pass."""
+  rows, length = sentences_per_step(config.train), config.model.max_length
   h, layers, heads = model_config.hidden_size, model_config.num_hidden_layers, model_config.num_attention_heads
   # Per layer and token: ~16 hidden-size vectors (q, k, v, attention output, 2 LayerNorms,
   # residuals, and the 4x-wide FFN counted as 8) plus the attention maps of every head.
@@ -77,60 +128,101 @@ def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_co
           "activations_mib": act / 2**20, "total_mib": (state_bytes + act) / 2**20}
 
 
+def check_train_config(t: ml_collections.ConfigDict) -> None:
+  """A clear error for a sampler / loss / batch combination that cannot run."""
+  if t.sampler not in SAMPLERS:
+    raise ValueError(f"train.sampler={t.sampler!r}: choose one of {SAMPLERS}")
+  known = losses.DENSE_LOSSES if t.sampler == "labels" else losses.STAGE2_LOSSES
+  if t.loss not in known:
+    raise ValueError(f"train.loss={t.loss!r} with train.sampler={t.sampler}: choose one of "
+                     f"{sorted(known)}" + (" (supcon needs train.sampler=labels)"
+                                           if t.loss == "supcon" else ""))
+  if t.sampler == "labels" and (t.examples_per_label < 2 or t.labels_per_batch < 1):
+    raise ValueError(f"train.examples_per_label={t.examples_per_label} must be >= 2 (a group "
+                     f"needs a positive) and train.labels_per_batch={t.labels_per_batch} >= 1")
+
+
 class Stage2:
-  """The Stage 2 `trainer.Task`: intent pairs of `config.data`, loss `config.train.loss`."""
+  """The Stage 2 `trainer.Task`: `config.data`'s intents, batches by `config.train.sampler`,
+  loss `config.train.loss`."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     t = config.train
-    if t.loss not in losses.STAGE2_LOSSES:
-      raise ValueError(f"train.loss={t.loss!r}: choose one of {sorted(losses.STAGE2_LOSSES)}")
+    check_train_config(t)
     self.config, self.mesh = config, mesh
-    self.title = f"Stage 2 ({t.loss})"
+    self.dense = t.sampler == "labels"
+    self.title = f"Stage 2 ({objective(t)})"
     data = intent.from_config(config.data)
+    self.labels = data.train.labels
     self.built = models.get(config.model.name).build(config.model, seed=config.seed,
                                                      classifier=t.loss == "smax")
     d = config.data
-    self.pairs = pairs_lib.build_pairs(data.train.labels, d.negatives, seed=d.seed,
-                                       max_pairs_per_label=d.max_pairs_per_label or None)
-    self.total_steps = trainer.total_steps(len(self.pairs), t)
-    self.pairs_per_step = t.batch_size
     num_params = count_params(nnx.state(self.built.model, nnx.Param))
     estimate = memory_estimate(num_params, config, self.built.model.encoder.config)
     self.counts = {"num_train": len(data.train), "num_pool": len(data.pool),
-                   "num_labels": data.num_labels, "pairs_positive": self.pairs.num_positive,
-                   "pairs_negative": self.pairs.num_negative, "total_steps": self.total_steps,
-                   "num_params": num_params, "memory_estimate": estimate}
+                   "num_labels": data.num_labels, "num_params": num_params,
+                   "memory_estimate": estimate}
+    if self.dense:
+      p, k = t.labels_per_batch, t.examples_per_label
+      self.total_steps = trainer.total_steps(label_batches.label_steps_per_epoch(self.labels, p, k), t)
+      self.examples_per_step, self.examples_name = p * k, "sentences"
+      layout = label_batches.summary(self.labels, p, k)
+      self.counts["sentences_per_step"] = p * k
+      # Every data-parallel device takes an equal share; the extra places are padding.
+      self.places = label_batches.batch_places(p, k, mesh.shape[sharding.DATA])
+    else:
+      self.pairs = pairs_lib.build_pairs(self.labels, d.negatives, seed=d.seed,
+                                         max_pairs_per_label=d.max_pairs_per_label or None)
+      self.total_steps = trainer.total_steps(batching.steps_per_epoch(len(self.pairs), t.batch_size), t)
+      self.examples_per_step, self.examples_name = t.batch_size, "pairs"
+      layout = self.pairs.summary(config.model.max_length)
+      self.counts.update(pairs_positive=self.pairs.num_positive,
+                         pairs_negative=self.pairs.num_negative)
+    self.counts["total_steps"] = self.total_steps
     logging.info("%s: %d training examples, %d intents; %s; %d steps; estimated memory %.0f MiB",
-                 data.name, len(data.train), data.num_labels,
-                 self.pairs.summary(config.model.max_length), self.total_steps, estimate["total_mib"])
+                 data.name, len(data.train), data.num_labels, layout, self.total_steps,
+                 estimate["total_mib"])
     self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
                                                    config.model.max_length)
 
   @functools.cached_property
   def rows(self) -> int:
     """Packed rows per process that every batch of the run fits in (packs every batch once)."""
-    rows = batching.pair_batch_rows(
-        self.table, self.pairs, batch_size=self.config.train.batch_size,
-        seed=self.config.data.seed, num_steps=self.total_steps, process_count=jax.process_count(),
-        multiple=max(self.mesh.shape[sharding.DATA] // jax.process_count(), 1))
+    t, seed = self.config.train, self.config.data.seed
+    common = dict(seed=seed, num_steps=self.total_steps, process_count=jax.process_count(),
+                  multiple=max(self.mesh.shape[sharding.DATA] // jax.process_count(), 1))
+    if self.dense:
+      rows = label_batches.label_batch_rows(self.table, self.labels, labels_per_batch=t.labels_per_batch,
+                                            examples_per_label=t.examples_per_label,
+                                            places=self.places, **common)
+    else:
+      rows = batching.pair_batch_rows(self.table, self.pairs, batch_size=t.batch_size, **common)
     logging.info("stage2: %d sentences of a batch packed into %d rows of %d per process",
-                 2 * self.config.train.batch_size // jax.process_count(), rows, self.table.width)
+                 sentences_per_step(t) // jax.process_count(), rows, self.table.width)
     return rows
 
-  def batches(self, start_step: int) -> Iterator[batching.PairBatch]:
-    return batching.prefetch(batching.pair_batches(
-        self.table, self.pairs, loss=self.config.train.loss, rows=self.rows,
-        batch_size=self.config.train.batch_size, seed=self.config.data.seed,
-        start_step=start_step, num_steps=self.total_steps - start_step))
+  def batches(self, start_step: int) -> Iterator[batching.PairBatch | label_batches.LabelBatch]:
+    t, seed, steps = self.config.train, self.config.data.seed, self.total_steps - start_step
+    if self.dense:
+      batches = label_batches.label_batches(
+          self.table, self.labels, labels_per_batch=t.labels_per_batch,
+          examples_per_label=t.examples_per_label, rows=self.rows, seed=seed,
+          start_step=start_step, num_steps=steps, places=self.places)
+    else:
+      batches = batching.pair_batches(self.table, self.pairs, loss=t.loss, rows=self.rows,
+                                      batch_size=t.batch_size, seed=seed, start_step=start_step,
+                                      num_steps=steps)
+    return batching.prefetch(batches)
 
-  def device_batch(self, host_batch: batching.PairBatch) -> dict[str, jax.Array]:
-    return sharding.global_batch({k: getattr(host_batch, k) for k in BATCH_KEYS}, self.mesh)
+  def device_batch(self, host_batch) -> dict[str, jax.Array]:
+    keys = BATCH_KEYS[self.config.train.sampler]
+    return sharding.global_batch({k: getattr(host_batch, k) for k in keys}, self.mesh)
 
-  def batch_rows(self, host_batch: batching.PairBatch) -> np.ndarray:
+  def batch_rows(self, host_batch) -> np.ndarray:
     return host_batch.sentence_ids
 
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]):
-    return loss_and_grads(state, batch, loss=self.config.train.loss, margin=self.config.train.margin)
+    return loss_and_grads(state, batch, train_config=self.config.train)
 
   def encoder(self, model: SiameseEncoder) -> Encoder:
     return Encoder(model.encoder, self.built.tokenizer, max_length=self.config.model.max_length,
@@ -154,7 +246,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Runs Stage 2 as `config` says; returns the metrics (also in workdir/metrics.json).
 
   metrics.json: knn_accuracy, knn_accuracy_before, macro_f1, silhouette (and _before),
-  mlp_accuracy (evals.knn.mlp), num_train, num_test, pairs_positive, pairs_negative,
-  train_seconds, steps, estimated memory; dry_run stops after the counts.
+  mlp_accuracy (evals.knn.mlp), num_train, num_test, pairs_positive and pairs_negative
+  (sampler pairs) or sentences_per_step (sampler labels), train_seconds, steps, estimated
+  memory; dry_run stops after the counts.
   """
   return trainer.train_and_evaluate(config, Stage2)

@@ -29,7 +29,6 @@ from flax import nnx
 
 from convfit_jax import evaluators as evaluators_lib
 from convfit_jax import sharding
-from convfit_jax.data import batching
 from convfit_jax.models import Built
 from convfit_jax.train import loop, optimizer
 from convfit_jax.train.checkpointing import Checkpointer
@@ -44,14 +43,16 @@ class Task(Protocol):
     title: how the trained model is named in logs and plots, e.g. "Stage 2 (ocl)".
     built: the model and its tokenizer (`models.get(config.model.name).build(...)`).
     total_steps: optimiser steps of the whole run.
-    pairs_per_step: training examples per step, for the pairs/second figure.
+    examples_per_step: training examples per step, for the examples/second figure.
+    examples_name: what they are ("pairs", "sentences").
     counts: figures written to metrics.json before training (data sizes, ...).
   """
 
   title: str
   built: Built
   total_steps: int
-  pairs_per_step: int
+  examples_per_step: int
+  examples_name: str
   counts: dict[str, Any]
 
   def batches(self, start_step: int) -> Iterator[Any]:
@@ -123,11 +124,11 @@ def init_state(config: ml_collections.ConfigDict, model: nnx.Module, total_steps
   return place(state, sharding.param_shardings(state, mesh)), schedule
 
 
-def total_steps(num_examples: int, train_config: ml_collections.ConfigDict) -> int:
-  """Steps of `train.epochs` epochs of `train.batch_size`, cut to `train.max_steps` when > 0
+def total_steps(per_epoch: int, train_config: ml_collections.ConfigDict) -> int:
+  """Steps of `train.epochs` epochs of `per_epoch` steps, cut to `train.max_steps` when > 0
   (the schedule follows)."""
   t = train_config
-  steps = batching.steps_per_epoch(num_examples, t.batch_size) * t.epochs
+  steps = per_epoch * t.epochs
   return min(steps, t.max_steps) if t.max_steps > 0 else steps
 
 
@@ -187,7 +188,7 @@ def _run(config: ml_collections.ConfigDict, task_cls, workdir: Workdir) -> dict[
     try:
       state, seconds = loop.fit(
           state, make_train_step(task.loss_and_grads, mesh), batches, total_steps=task.total_steps,
-          pairs_per_step=task.pairs_per_step, schedule=schedule, workdir=workdir,
+          examples_per_step=task.examples_per_step, examples_name=task.examples_name, schedule=schedule, workdir=workdir,
           checkpointer=ckpt, log_every=t.log_every, to_device=task.device_batch,
           batch_rows=task.batch_rows,
           eval_due=lambda step: any(b.every and step % b.every == 0 for _, b in evals.values()),

@@ -1,0 +1,181 @@
+"""Label-aware Stage 2 batches: P intents x K utterances each, every utterance once an epoch.
+
+The paper's pairs (`data.pairs`) grow with the square of the examples per intent and
+encode each sentence dozens of times an epoch. A label batch instead holds P groups of
+up to K same-intent utterances, and the dense losses (`losses.DENSE_LOSSES`) score
+every pair of the batch, so one encoding serves P*K - 1 comparisons.
+
+An epoch: each intent's utterances are shuffled and cut into groups of K (the last one
+shorter when K does not divide the count: such a group takes what its intent has left,
+never repeats, and its empty places are padding of weight 0). The groups of all
+intents are then interleaved so each intent's groups spread evenly over the epoch
+(group r of an intent with G groups sits at (r + u) / G, u uniform): in a few-shot set
+every batch holds P distinct intents, and with full, unbalanced data a frequent intent
+can fill two groups of one batch, never a long run of batches. Consecutive P groups
+form a batch; the epoch's last batch is padded.
+
+Step s is batch s % steps_per_epoch of epoch s // steps_per_epoch, each epoch drawn
+from PCG64(seed, epoch): the same on every machine and process, and a run resumed at
+step k sees what an uninterrupted one sees. Each process keeps its contiguous slice of
+the places and packs its sentences (`data.packing`) into a row count fixed for the
+run (`label_batch_rows`), as `batching.pair_batches` does.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from convfit_jax.data import packing
+from convfit_jax.data.batching import SentenceTable, check_divisible, process_slot, steps_per_epoch
+
+
+def batch_places(labels_per_batch: int, examples_per_label: int, multiple: int = 1) -> int:
+  """B: the P*K places of a batch rounded up to `multiple` (the data-parallel devices, which
+  split the batch); the extra places are padding of weight 0."""
+  return -(-labels_per_batch * examples_per_label // multiple) * multiple
+
+
+class LabelBatch(NamedTuple):
+  """One label batch of B places (`batch_places`; or one process's slice of it).
+
+  Global shapes: input_ids, attention_mask (sentence numbers), position_ids [R, W] int32,
+  the distinct sentences packed; slots [B, 2] int32, (row, sentence number) of each
+  place; sentence_ids [B] int32 (table rows; padding places repeat the batch's first);
+  labels [B] int32; weights [B] float32 (0 on padding). Process p holds rows
+  [p*R/P', (p+1)*R/P') of the packed arrays and places [p*B/P', (p+1)*B/P') of the rest,
+  for P' processes.
+  """
+  input_ids: np.ndarray
+  attention_mask: np.ndarray
+  position_ids: np.ndarray
+  slots: np.ndarray
+  sentence_ids: np.ndarray
+  labels: np.ndarray
+  weights: np.ndarray
+
+
+def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: int) -> list[np.ndarray]:
+  """The groups of one epoch in order: [<= K] int64 table rows of one intent each."""
+  labels = np.asarray(labels)
+  k = examples_per_label
+  rng = np.random.Generator(np.random.PCG64([seed, epoch]))
+  groups, keys = [], []
+  for label in np.unique(labels):
+    rows = np.flatnonzero(labels == label)
+    rows = rows[rng.permutation(len(rows))]
+    g = -(-len(rows) // k)
+    groups += [rows[i * k:(i + 1) * k] for i in range(g)]
+    keys.append((np.arange(g) + rng.random(g)) / g)
+  order = np.argsort(np.concatenate(keys), kind="stable") if keys else []
+  return [groups[i] for i in order]
+
+
+def groups_per_epoch(labels: np.ndarray, examples_per_label: int) -> int:
+  """Groups of K (the last of each intent shorter) in one epoch."""
+  counts = np.unique(np.asarray(labels), return_counts=True)[1]
+  return int(np.sum(-(-counts // examples_per_label)))
+
+
+def label_steps_per_epoch(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> int:
+  return steps_per_epoch(groups_per_epoch(labels, examples_per_label), labels_per_batch)
+
+
+def summary(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> str:
+  """One line before training: the batch layout, and the intents that cannot fill K."""
+  counts = np.unique(np.asarray(labels), return_counts=True)[1]
+  k = examples_per_label
+  short = int(np.sum(counts % k != 0))
+  fewer = int(np.sum(counts < k))
+  return (f"label batches: {labels_per_batch} intents x {k} utterances = "
+          f"{labels_per_batch * k} sentences; {groups_per_epoch(labels, k):,} groups, "
+          f"{label_steps_per_epoch(labels, labels_per_batch, k):,} steps an epoch over "
+          f"{len(labels):,} utterances; {short} of {len(counts)} intents end an epoch on a "
+          f"group of fewer than {k} ({fewer} have fewer than {k} in all)")
+
+
+def _step_places(labels: np.ndarray, labels_per_batch: int, examples_per_label: int, seed: int,
+                 start_step: int, num_steps: int | None, places: int
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Per step from `start_step`: (sentence_ids [places] int32, weights [places] float32)."""
+  p, k = labels_per_batch, examples_per_label
+  per_epoch = label_steps_per_epoch(labels, p, k)
+  epoch, groups = None, None
+  step = start_step
+  while num_steps is None or step < start_step + num_steps:
+    if step // per_epoch != epoch:
+      epoch = step // per_epoch
+      groups = epoch_groups(labels, k, seed, epoch)
+    batch = groups[(step % per_epoch) * p:(step % per_epoch + 1) * p]
+    ids = np.full((places,), batch[0][0], np.int32)
+    weights = np.zeros((places,), np.float32)
+    for g, rows in enumerate(batch):
+      ids[g * k:g * k + len(rows)] = rows
+      weights[g * k:g * k + len(rows)] = 1.0
+    yield ids, weights
+    step += 1
+
+
+def _own(batch_size: int, process_index: int, process_count: int) -> slice:
+  return slice(process_index * batch_size // process_count,
+               (process_index + 1) * batch_size // process_count)
+
+
+def label_batch_rows(table: SentenceTable, labels: np.ndarray, *, labels_per_batch: int,
+                     examples_per_label: int, seed: int, num_steps: int, places: int | None = None,
+                     process_count: int = 1, multiple: int = 1) -> int:
+  """Packed rows per process that every batch of a run of `num_steps` steps fits in
+  (exact: packs each process's sentences of every step), rounded up to `multiple`.
+  `places`: B, default P*K."""
+  b = places or labels_per_batch * examples_per_label
+  lengths = table.lengths
+
+  def length_sets():
+    for ids, _ in _step_places(labels, labels_per_batch, examples_per_label, seed, 0, num_steps, b):
+      for p in range(process_count):
+        yield lengths[np.unique(ids[_own(b, p, process_count)])]
+
+  return packing.rows_for(length_sets(), table.width, multiple)
+
+
+def label_batches(table: SentenceTable, labels: np.ndarray, *, labels_per_batch: int,
+                  examples_per_label: int, rows: int, seed: int = 0, start_step: int = 0,
+                  num_steps: int | None = None, places: int | None = None,
+                  process_index: int | None = None,
+                  process_count: int | None = None) -> Iterator[LabelBatch]:
+  """Label batches, epoch after epoch; step s is batch s % steps_per_epoch of epoch
+  s // steps_per_epoch, so `start_step=k` resumes exactly.
+
+  Args:
+    table: tokenised training sentences.
+    labels: [len(table)] int intent id of each table row.
+    labels_per_batch, examples_per_label: P and K (K >= 2: a group needs a positive).
+    rows: packed rows per process (`label_batch_rows`).
+    seed: the sampling seed.
+    start_step, num_steps: the steps to produce (num_steps None: without end).
+    places: B, the places of a batch (`batch_places`; default P*K).
+    process_index, process_count: default jax.process_index() / process_count().
+  """
+  process_index, process_count = process_slot(process_index, process_count)
+  labels = np.asarray(labels)
+  b = places or labels_per_batch * examples_per_label
+  check_divisible(b, process_count)
+  if b < labels_per_batch * examples_per_label:
+    raise ValueError(f"places={b} cannot hold {labels_per_batch} x {examples_per_label}")
+  if examples_per_label < 2 or labels_per_batch < 1:
+    raise ValueError(f"need examples_per_label >= 2 and labels_per_batch >= 1, got "
+                     f"{examples_per_label} and {labels_per_batch}")
+  if len(labels) != len(table):
+    raise ValueError(f"table has {len(table)} sentences, labels {len(labels)}")
+  if len(labels) == 0:
+    raise ValueError("no training sentences")
+  own = _own(b, process_index, process_count)
+  for ids, weights in _step_places(labels, labels_per_batch, examples_per_label, seed, start_step,
+                                   num_steps, b):
+    mine = ids[own]
+    distinct, inverse = np.unique(mine, return_inverse=True)
+    packed = packing.pack(table.input_ids[distinct], table.attention_mask[distinct], rows,
+                          table.width, row_offset=process_index * rows)
+    yield LabelBatch(packed.input_ids, packed.segment_ids, packed.position_ids,
+                     packed.slots[inverse], mine, labels[mine].astype(np.int32), weights[own])
