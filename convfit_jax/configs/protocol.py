@@ -14,6 +14,14 @@ layout of the paper's Table 2) gives the mean over seeds and the spread (sample
 standard deviation) for: the encoder before Stage 2 with k-NN, the MLP baseline on
 its frozen encodings, and ConvFiT Stage 2 per loss (and per larger k-NN pool, from
 stage2.evals.knn.extra_pools). List arguments are '+'-separated: shots=10+30.
+
+`losses` names objectives: ocl, cos, smax, cl on the paper's pairs; dense_ocl, dense_cos,
+dense_smax, dense_cl (the same losses over every pair of a label batch) and supcon (supervised
+contrast), which train on label batches (`train.sampler=labels`, P x K from
+stage2.train.labels_per_batch / examples_per_label), so the table puts both side by side:
+
+    python -m convfit_jax.main --config=configs/protocol.py:datasets=banking77,shots=10,losses=ocl+supcon+dense_ocl \\
+        --config.stage2.train.max_steps=150 --config.stage2.train.learning_rate=1e-4
 """
 
 from __future__ import annotations
