@@ -8,8 +8,8 @@ utterances (64 sentences, what 32 of the paper's pairs encode at most) and the o
 scores them all against each other; an epoch is one pass over the training utterances,
 10 / 5 / 2 epochs at 10-shot / 30-shot / full data as the paper's pair epochs (150 steps
 on banking77 10-shot, the README's quickstart budget). The objective is supervised
-contrast (`losses.supcon_loss`, scale 20), the most accurate of the dense objectives in
-docs/results.md; `loss=` also takes ocl, cos, smax and cl, each over every pair of the
+contrast (`losses.supcon_loss`, scale 20), the most accurate of the dense objectives at 150
+steps in docs/results.md; `loss=` also takes ocl, cos, smax and cl, each over every pair of the
 batch (the protocol's dense_ocl, ...). Peak learning rate 1e-4 (the short-budget setting the
 measurements used); the rest as `configs/stage2.py`.
 """
