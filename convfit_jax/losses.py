@@ -265,8 +265,8 @@ def dense_pair_loss(emb: jax.Array, labels: jax.Array, weights: jax.Array | None
   if negative_ratio > 0:
     pos_total = jnp.sum(jnp.where(same, pair_w, 0.0))
     neg_total = jnp.sum(jnp.where(same, 0.0, pair_w))
-    scale = jnp.where(pos_total > 0, negative_ratio * pos_total / jnp.maximum(neg_total, 1e-12), 1.0)
-    pair_w = jnp.where(same, pair_w, pair_w * scale)
+    balance = negative_ratio * pos_total / jnp.maximum(neg_total, 1e-12)
+    pair_w = jnp.where(same, pair_w, pair_w * jnp.where(pos_total > 0, balance, 1.0))
   if loss == "ocl":
     options = {"reduction": "mean", **options}
   return STAGE2_LOSSES[loss](emb[i], emb[j], same.astype(jnp.int32), pair_w, params=params,
@@ -322,6 +322,7 @@ DENSE_LOSSES: dict[str, Stage2Loss] = {
     **{name: functools.partial(dense_pair_loss, loss=name) for name in ("smax", "cos", "ocl", "cl")},
     "supcon": supcon_loss,
 }
+
 
 def duplicate_ids(hashes: jax.Array) -> jax.Array:
   """Per row, the first row of the batch with the same tokens: [B, 2] int32 digests

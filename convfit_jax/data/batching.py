@@ -138,10 +138,9 @@ def _batch_sentences(pairs: Pairs, pair_ids: np.ndarray, batch_size: int):
   return sentence_ids, u_idx, v_idx
 
 
-def _own_rows(batch_size: int, process_index: int, process_count: int) -> slice:
-  """This process's share of the [2B] sentences."""
-  return slice(process_index * 2 * batch_size // process_count,
-               (process_index + 1) * 2 * batch_size // process_count)
+def own_slice(n: int, process_index: int, process_count: int) -> slice:
+  """This process's contiguous share of n global places (sentences, pairs, rows)."""
+  return slice(process_index * n // process_count, (process_index + 1) * n // process_count)
 
 
 def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
@@ -165,9 +164,8 @@ def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
   batch_targets[:k] = targets[pair_ids]
   weights = np.zeros((batch_size,), np.float32)
   weights[:k] = 1.0
-  cols = slice(process_index * batch_size // process_count,
-               (process_index + 1) * batch_size // process_count)
-  own = sentence_ids[_own_rows(batch_size, process_index, process_count)]
+  cols = own_slice(batch_size, process_index, process_count)
+  own = sentence_ids[own_slice(2 * batch_size, process_index, process_count)]
   distinct, inverse = np.unique(own, return_inverse=True)
   packed = packing.pack(table.input_ids[distinct], table.attention_mask[distinct], rows,
                         table.width, row_offset=process_index * rows)
@@ -206,7 +204,7 @@ def pair_batch_rows(table: SentenceTable, pairs: Pairs, *, batch_size: int, seed
     for pair_ids in _pair_ids_by_step(len(pairs), batch_size, seed, 0, num_steps):
       sentence_ids = _batch_sentences(pairs, pair_ids, batch_size)[0]
       for p in range(process_count):
-        yield lengths[np.unique(sentence_ids[_own_rows(batch_size, p, process_count)])]
+        yield lengths[np.unique(sentence_ids[own_slice(2 * batch_size, p, process_count)])]
 
   return packing.rows_for(length_sets(), table.width, multiple)
 

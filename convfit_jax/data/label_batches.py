@@ -28,7 +28,8 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from convfit_jax.data import packing
-from convfit_jax.data.batching import SentenceTable, check_divisible, process_slot, steps_per_epoch
+from convfit_jax.data.batching import (SentenceTable, check_divisible, own_slice, process_slot,
+                                       steps_per_epoch)
 
 
 def batch_places(labels_per_batch: int, examples_per_label: int, multiple: int = 1) -> int:
@@ -117,11 +118,6 @@ def _step_places(labels: np.ndarray, labels_per_batch: int, examples_per_label: 
     step += 1
 
 
-def _own(batch_size: int, process_index: int, process_count: int) -> slice:
-  return slice(process_index * batch_size // process_count,
-               (process_index + 1) * batch_size // process_count)
-
-
 def label_batch_rows(table: SentenceTable, labels: np.ndarray, *, labels_per_batch: int,
                      examples_per_label: int, seed: int, num_steps: int, places: int | None = None,
                      process_count: int = 1, multiple: int = 1) -> int:
@@ -134,7 +130,7 @@ def label_batch_rows(table: SentenceTable, labels: np.ndarray, *, labels_per_bat
   def length_sets():
     for ids, _ in _step_places(labels, labels_per_batch, examples_per_label, seed, 0, num_steps, b):
       for p in range(process_count):
-        yield lengths[np.unique(ids[_own(b, p, process_count)])]
+        yield lengths[np.unique(ids[own_slice(b, p, process_count)])]
 
   return packing.rows_for(length_sets(), table.width, multiple)
 
@@ -170,7 +166,7 @@ def label_batches(table: SentenceTable, labels: np.ndarray, *, labels_per_batch:
     raise ValueError(f"table has {len(table)} sentences, labels {len(labels)}")
   if len(labels) == 0:
     raise ValueError("no training sentences")
-  own = _own(b, process_index, process_count)
+  own = own_slice(b, process_index, process_count)
   for ids, weights in _step_places(labels, labels_per_batch, examples_per_label, seed, start_step,
                                    num_steps, b):
     mine = ids[own]

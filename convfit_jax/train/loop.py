@@ -77,7 +77,8 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
       checkpoint as meta {"train_seconds": ...}.
     examples_name: what an example is ("pairs", "sentences"), naming that figure.
   Logged every window (TensorBoard and the progress bar): the window means of every
-  output of `step_fn` (`train/loss`, `train/grad_norm`), the learning rate, examples/s (`train/<examples_name>_per_second`).
+  output of `step_fn` (`train/loss`, `train/grad_norm`), the learning rate, examples/s
+  (`train/<examples_name>_per_second`).
   Timed: data wait, steps and the window's read-back; checkpoints and evaluation are not.
   """
   start = int(jax.device_get(state.step))

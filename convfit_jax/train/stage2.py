@@ -78,8 +78,9 @@ def loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: 
                                     **kwargs)
 
 
-def dense_loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: jax.Array | None,
-                  *, loss: str, options: Mapping[str, Any]) -> jax.Array:
+def dense_loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array],
+                  dropout_key: jax.Array | None, *, loss: str, options: Mapping[str, Any]
+                  ) -> jax.Array:
   """The dense Stage 2 loss of one label batch.
 
   Args:
@@ -164,20 +165,21 @@ class Stage2:
                    "memory_estimate": estimate}
     if self.dense:
       p, k = t.labels_per_batch, t.examples_per_label
-      self.total_steps = trainer.total_steps(label_batches.label_steps_per_epoch(self.labels, p, k), t)
-      self.examples_per_step, self.examples_name = p * k, "sentences"
+      per_epoch = label_batches.label_steps_per_epoch(self.labels, p, k)
+      self.examples_per_step, self.examples_name = sentences_per_step(t), "sentences"
       layout = label_batches.summary(self.labels, p, k)
-      self.counts["sentences_per_step"] = p * k
+      self.counts["sentences_per_step"] = self.examples_per_step
       # Every data-parallel device takes an equal share; the extra places are padding.
       self.places = label_batches.batch_places(p, k, mesh.shape[sharding.DATA])
     else:
       self.pairs = pairs_lib.build_pairs(self.labels, d.negatives, seed=d.seed,
                                          max_pairs_per_label=d.max_pairs_per_label or None)
-      self.total_steps = trainer.total_steps(batching.steps_per_epoch(len(self.pairs), t.batch_size), t)
+      per_epoch = batching.steps_per_epoch(len(self.pairs), t.batch_size)
       self.examples_per_step, self.examples_name = t.batch_size, "pairs"
       layout = self.pairs.summary(config.model.max_length)
       self.counts.update(pairs_positive=self.pairs.num_positive,
                          pairs_negative=self.pairs.num_negative)
+    self.total_steps = trainer.total_steps(per_epoch, t)
     self.counts["total_steps"] = self.total_steps
     logging.info("%s: %d training examples, %d intents; %s; %d steps; estimated memory %.0f MiB",
                  data.name, len(data.train), data.num_labels, layout, self.total_steps,
