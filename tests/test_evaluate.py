@@ -109,3 +109,22 @@ def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
   assert rs({"response_scorer": Oracle()}, when="after")["r_at_1"] == 1.0
   with pytest.raises(ValueError, match="intent_knn, response_selection"):
     evaluators.get("sts")
+
+
+def test_validation_split_for_model_selection(tmp_path):
+  """`split="val"` scores the validation rows, and only where training cannot have seen them."""
+  from convfit_jax.evaluators.intent_knn import Evaluator
+  c = evaluate_config.get_config("shots=2")
+  c.evals.knn.split = "val"
+  with pytest.raises(ValueError, match="train_minus_val"):
+    Evaluator(c.evals.knn, run_config=c, workdir=tmp_path)
+  c.data.train_split = "train_minus_val"
+  e = Evaluator(c.evals.knn, run_config=c, workdir=tmp_path)
+  assert e.test.texts == e.data.val.texts and not set(e.test.texts) & set(e.data.full_train.texts)
+  c.evals.knn.split = "dev"
+  with pytest.raises(ValueError, match="known: test, val"):
+    Evaluator(c.evals.knn, run_config=c, workdir=tmp_path)
+  clinc = evaluate_config.get_config("dataset=clinc150,shots=2,oos")
+  clinc.evals.knn.split = "val"
+  with pytest.raises(ValueError, match="threshold"):
+    Evaluator(clinc.evals.knn, run_config=clinc, workdir=tmp_path)

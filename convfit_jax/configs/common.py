@@ -100,7 +100,10 @@ def intent_knn_eval(**overrides: Any) -> ml_collections.ConfigDict:
   e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
   e.mlp = False  # also train the MLP baseline on frozen encodings of the training examples
   e.tsne = True  # t-SNE PNG of 12 intents (tsne_before.png and tsne_after.png; tsne.png)
-  e.max_test = 0  # > 0: evaluate on a seeded subset of this many test rows
+  # "val" for model selection: the validation split takes the test set's place (banking77
+  # and hwu64 then need data.train_split="train_minus_val", their train.csv holds val).
+  e.split = "test"
+  e.max_test = 0  # > 0: evaluate on a seeded subset of this many test (or val) rows
   e.oos = False  # clinc150: threshold chosen on val; in-scope accuracy and OOS recall
   # After training, also k-NN with these larger pools, no retraining (the paper's
   # inference-time augmentation), as N per intent, 0 = every training row; e.g. (30, 0).

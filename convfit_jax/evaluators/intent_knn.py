@@ -78,6 +78,29 @@ def evaluate_intents(encoder: TextEncoder, data: IntentData, *, k: int = 1, vote
   return {f"{key}{suffix}": value for key, value in out.items()}
 
 
+_VAL_INSIDE_TRAIN = ("banking77", "hwu64")  # their train.csv holds val.csv's rows
+
+
+def _evaluation_split(data: IntentData, settings: ml_collections.ConfigDict,
+                      data_config: ml_collections.ConfigDict) -> IntentSplit:
+  """The split `settings.split` names, refusing one the run's training data contains."""
+  split = settings.get("split", "test")
+  if split == "test":
+    return data.test
+  if split != "val":
+    raise ValueError(f"evals.<intent_knn>.split: {split!r}; known: test, val")
+  if data.val is None:
+    raise ValueError(f"evals.<intent_knn>.split='val': {data.name} has no validation split "
+                     "(for name='csv' set data.val_file)")
+  if settings.oos:
+    raise ValueError("evals.<intent_knn>.split='val' with oos=True: the out-of-scope threshold "
+                     "is chosen on val, so val cannot also be what it is scored on")
+  if data.name in _VAL_INSIDE_TRAIN and (data_config.get("train_split") or "train") == "train":
+    raise ValueError(f"evals.<intent_knn>.split='val' on {data.name}: its train.csv contains the "
+                     "validation rows; set data.train_split='train_minus_val'")
+  return data.val
+
+
 class Evaluator:
   """k-NN (and MLP) intent detection on the run's `config.data` set.
 
@@ -95,9 +118,10 @@ class Evaluator:
     self.seed = run_config.seed
     self.workdir = Path(workdir)
     self.data = intent.for_evaluation(run_config.data, oos=settings.oos)
-    self.test = intent.subsample(self.data.test, settings.max_test, self.seed)
+    self.test = intent.subsample(_evaluation_split(self.data, settings, run_config.data),
+                                 settings.max_test, self.seed)
     shots = run_config.data.shots
-    self.title = f"{self.data.name} test, {shots or 'full'}-shot"
+    self.title = f"{self.data.name} {settings.split}, {shots or 'full'}-shot"
 
   def __call__(self, predictors: Mapping[str, Any], *, when: str, label: str = "") -> dict[str, Any]:
     """Metrics of the predictor named by `settings.predictor`.
