@@ -122,6 +122,8 @@ class PretrainedFolder:
     projection: {"kernel": [d, d_o], "bias": [d_o]} when the folder has a Tanh Dense module.
     tokenizer_dir: folder the tokenizer loads from.
     max_seq_length: from sentence_bert_config.json, if present.
+    pooler: BERT's pooler {"kernel": [d, d], "bias": [d]} (dense + tanh on the first
+      token) when the weights hold one; what a cross-encoder's classifier starts from.
   """
 
   config: TransformerConfig
@@ -132,6 +134,7 @@ class PretrainedFolder:
   projection: dict[str, np.ndarray] | None = None
   tokenizer_dir: Path | None = None
   max_seq_length: int | None = None
+  pooler: dict[str, np.ndarray] | None = None
 
 
 # ----------------------------------------------------------------------------- name resolution
@@ -289,10 +292,14 @@ def load(name_or_path: str | os.PathLike) -> PretrainedFolder:
   hf_config = _read_json(config_path)
   config = TransformerConfig.from_hf_dict(hf_config, source=str(config_path))
   weights = _read_weights(model_dir)
+  pooler = {_normalise_name(k): v for k, v in weights.items()
+            if _normalise_name(k) in ("pooler.dense.weight", "pooler.dense.bias")}
   return PretrainedFolder(config=config, hf_config=hf_config,
                     transformer=hf_to_ours(weights, config, source=str(model_dir)),
                     pooling=pooling, normalize=normalize, projection=projection,
-                    tokenizer_dir=model_dir, max_seq_length=max_len)
+                    tokenizer_dir=model_dir, max_seq_length=max_len,
+                    pooler={"kernel": pooler["pooler.dense.weight"].T.copy(),
+                            "bias": pooler["pooler.dense.bias"]} if len(pooler) == 2 else None)
 
 
 def _pooling_mode(path: Path) -> str:

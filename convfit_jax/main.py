@@ -29,6 +29,7 @@ TASKS = {
     "encode": "convfit_jax.tasks.encode:run",
     "evaluate": "convfit_jax.tasks.evaluate:run",
     "protocol": "convfit_jax.tasks.protocol:run",
+    "rerank": "convfit_jax.train.rerank:train_and_evaluate",
     "stage1": "convfit_jax.train.stage1:train_and_evaluate",
     "stage2": "convfit_jax.train.stage2:train_and_evaluate",
 }

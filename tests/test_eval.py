@@ -62,6 +62,12 @@ def test_response_selection_metrics():
   # R@1 is sklearn's top-1 accuracy; ties count against the true response.
   assert got["r_at_1"] == pytest.approx(skm.top_k_accuracy_score(true, scores, k=1,
                                                                   labels=np.arange(100)))
+  assert got["dstc7"] == pytest.approx((got["r_at_10"] + got["mrr"]) / 2)
+  ten = metrics.response_selection_metrics(scores[:, :10], true % 10)
+  ranks10 = np.array([1 + np.sum(row[:10] > row[t % 10]) for row, t in zip(scores, true)])
+  assert set(ten) == {"r10_at_1", "r10_at_2", "r10_at_5", "mrr"}
+  for k in (1, 2, 5):
+    assert ten[f"r10_at_{k}"] == pytest.approx(np.mean(ranks10 <= k))
   flat = np.zeros((3, 100))
   assert metrics.response_selection_metrics(flat, [0, 0, 0])["r_at_1"] == 0.0
   assert metrics.mrr(flat, [0, 0, 0]) == pytest.approx(0.01)

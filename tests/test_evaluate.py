@@ -95,18 +95,18 @@ def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
                                                                        keepdims=True)
   rs, _ = evals["rs"]
   m = rs({"response_scorer": BiEncoderScorer(unit, unit)}, when="after")
-  assert set(m) == {"r_at_1", "r_at_10", "r_at_50", "mrr"}
+  assert set(m) == {"r_at_1", "r_at_10", "r_at_50", "mrr", "dstc7"}
 
   class Oracle:
     """A pairwise scorer (what a cross-encoder plugs in) that knows each case's answer."""
 
-    def score(self, contexts, candidates, *, batch_size=128):
-      truth = {ctx: cands[label] for ctx, cands, label in
-               zip(rs.cases.contexts, rs.cases.candidates, rs.cases.labels)}
-      return np.asarray([[float(c == truth[ctx]) for c in cands]
-                         for ctx, cands in zip(contexts, candidates)])
+    def score(self, cases, *, batch_size=128):
+      return np.asarray([[float(c == cands[label]) for c in cands]
+                         for cands, label in zip(cases.candidates, cases.labels)])
 
-  assert rs({"response_scorer": Oracle()}, when="after")["r_at_1"] == 1.0
+  c.evals.rs.prefix = "sgd_"
+  rs, _ = evaluators.from_config(c.evals, run_config=c, workdir=tmp_path)["rs"]
+  assert rs({"response_scorer": Oracle()}, when="after")["sgd_r_at_1"] == 1.0
   with pytest.raises(ValueError, match="intent_knn, response_selection"):
     evaluators.get("sts")
 

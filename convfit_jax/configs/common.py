@@ -118,6 +118,7 @@ def response_selection_eval(**overrides: Any) -> ml_collections.ConfigDict:
   # JSONL cases {"context", "candidates", "label"}; relative to the current directory.
   e.file = "../shared/data/conversations/sgd/test_rs100.jsonl"
   e.num_cases = 0  # 0 = all cases; fewer for quick looks (a seeded sample)
+  e.prefix = ""  # before every metric name, e.g. "ubuntu_irc_test_" where a run has several
   e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
   e.update(overrides)
   return e

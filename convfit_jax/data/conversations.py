@@ -10,7 +10,8 @@ through a seeded buffer, so files larger than memory work. Formats:
   earlier turns `context/0` (the one before `context`), `context/1`, ...
 
 Also here: response-selection cases (JSONL: context, optional history, a list of
-candidates, the index of the true one) and STS pairs (TSV score, sentence1, sentence2).
+candidates, the index of the true one), rerankers' labelled pairs (TSV history,
+response, label) and STS pairs (TSV score, sentence1, sentence2).
 """
 
 from __future__ import annotations
@@ -209,6 +210,48 @@ def read_response_selection(path: str | os.PathLike) -> ResponseSelectionSet:
     raise DataError(f"{path}: no cases")
   return ResponseSelectionSet(tuple(contexts), tuple(histories), tuple(candidates),
                               np.asarray(labels, np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledPairs:
+  """(history, response, label) rows: the training data of a reranker.
+
+  Attributes:
+    histories: n histories, turns oldest first joined by ` __eou__ ` (one turn: no mark).
+    responses: n responses.
+    labels: [n] int32, 1 for the true response, 0 for a sampled one.
+  """
+  histories: tuple[str, ...]
+  responses: tuple[str, ...]
+  labels: np.ndarray
+
+  def __len__(self) -> int:
+    return len(self.histories)
+
+
+def read_labelled_pairs(path: str | os.PathLike) -> LabelledPairs:
+  """Reads a TSV with header `history\tresponse\tlabel` (Lowe et al.'s 1:1 training
+  format: a context's true response labelled 1, a random one 0), no quoting.
+
+  Raises:
+    DataError naming file and line: an empty history or response, a label not 0 or 1,
+    and what `read_rows` checks.
+  """
+  path = Path(path)
+  histories, responses, labels = [], [], []
+  for lineno, row in read_rows(path, ("history", "response", "label"), fmt="tsv"):
+    if not row["history"].strip():
+      raise DataError(f"{path}:{lineno}: empty history")
+    if not row["response"].strip():
+      raise DataError(f"{path}:{lineno}: empty response")
+    if row["label"] not in ("0", "1"):
+      raise DataError(f"{path}:{lineno}: label {row['label']!r} is not 0 or 1")
+    histories.append(row["history"])
+    responses.append(row["response"])
+    labels.append(int(row["label"]))
+  if not histories:
+    raise DataError(f"{path}: no rows")
+  return LabelledPairs(tuple(histories), tuple(responses), np.asarray(labels, np.int32))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -87,9 +87,19 @@ def mrr(scores, true_index) -> float:
   return float(np.mean(1.0 / _ranks(scores, true_index)))
 
 
-def response_selection_metrics(scores, true_index, ks=(1, 10, 50)) -> dict[str, float]:
-  """{"r_at_1": ..., "r_at_10": ..., "r_at_50": ..., "mrr": ...} for a [n, c] score matrix."""
+def response_selection_metrics(scores, true_index) -> dict[str, float]:
+  """Recall at the cuts the field reports for a [n, c] score matrix, and MRR.
+
+  1-of-10 cases (the Ubuntu corpus's form): r10_at_1, r10_at_2, r10_at_5, mrr.
+  Otherwise (1-of-100, DSTC7's form): r_at_1, r_at_10, r_at_50, mrr and dstc7, DSTC7's
+  ranking figure avg(R@10, MRR).
+  """
   ranks = _ranks(scores, true_index)
-  out = {f"r_at_{k}": float(np.mean(ranks <= k)) for k in ks}
+  if np.shape(scores)[1] == 10:
+    out = {f"r10_at_{k}": float(np.mean(ranks <= k)) for k in (1, 2, 5)}
+  else:
+    out = {f"r_at_{k}": float(np.mean(ranks <= k)) for k in (1, 10, 50)}
   out["mrr"] = float(np.mean(1.0 / ranks))
+  if "r_at_10" in out:
+    out["dstc7"] = (out["r_at_10"] + out["mrr"]) / 2
   return out

@@ -1,8 +1,10 @@
 """Response selection: rank each case's true response among its candidates (R@k, MRR).
 
-The candidates are scored by the task's `ResponseScorer`: a `BiEncoderScorer` (cosine of
-a context vector and each response vector; distinct candidate texts encoded once) for
-dual encoders, or any pairwise scorer (a cross-encoder) with the same `score` method.
+The candidates are scored by the task's response scorer, anything with
+`score(cases, *, batch_size) -> [n, c]`: a `BiEncoderScorer` (cosine of a context vector
+and each response vector; distinct candidate texts encoded once) for dual encoders, or a
+pairwise scorer (`train.rerank.PairScorer`: ESIM, a cross-encoder) reading each case's
+history with each candidate.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from convfit_jax.data.conversations import read_response_selection
+from convfit_jax.data.conversations import ResponseSelectionSet, read_response_selection
 from convfit_jax.data.sampling import subsample_indices
 from convfit_jax.evaluators import metrics
 
@@ -31,18 +33,19 @@ class BiEncoderScorer:
     self.contexts = contexts
     self.responses = responses
 
-  def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], *,
-            batch_size: int = 32) -> np.ndarray:
-    """[n, c] cosine similarities; each distinct candidate text is encoded once."""
-    texts = sorted({t for cands in candidates for t in cands})
+  def score(self, cases: ResponseSelectionSet, *, batch_size: int = 32) -> np.ndarray:
+    """[n, c] cosine similarities of each case's context and candidates; each distinct
+    candidate text is encoded once."""
+    texts = sorted({t for cands in cases.candidates for t in cands})
     index = {t: i for i, t in enumerate(texts)}
-    rows = np.asarray([[index[t] for t in cands] for cands in candidates])
-    return np.einsum("nd,ncd->nc", self.contexts(list(contexts), batch_size),
+    rows = np.asarray([[index[t] for t in cands] for cands in cases.candidates])
+    return np.einsum("nd,ncd->nc", self.contexts(list(cases.contexts), batch_size),
                      self.responses(texts, batch_size)[rows])
 
 
 class Evaluator:
-  """R@1/10/50 and MRR on the cases of `settings.file`.
+  """Recall and MRR on the cases of `settings.file` (`metrics.response_selection_metrics`),
+  each name after `settings.prefix` (a run evaluating several sets names each).
 
   Args:
     settings: its config block (`convfit_jax.configs.common`).
@@ -63,6 +66,7 @@ class Evaluator:
 
   def __call__(self, predictors: Mapping[str, Any], *, when: str, label: str = "") -> dict[str, float]:
     del when, label
-    scores = predictors[self.settings.predictor].score(self.cases.contexts, self.cases.candidates,
-                                                       batch_size=self.settings.batch_size)
-    return metrics.response_selection_metrics(scores, self.cases.labels)
+    scores = predictors[self.settings.predictor].score(self.cases, batch_size=self.settings.batch_size)
+    prefix = self.settings.get("prefix", "")
+    return {f"{prefix}{k}": v for k, v in metrics.response_selection_metrics(
+        scores, self.cases.labels).items()}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from flax import nnx
 
@@ -31,6 +33,22 @@ class Built:
   tokenizer: Any = None
   hf_config: dict[str, Any] = dataclasses.field(default_factory=dict)
   normalize: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PairInputs:
+  """How a reranker reads (history, response) pairs (`train.rerank`).
+
+  Attributes:
+    encode: (n histories, n responses) -> {input name: [n, width] or [n] array}, the
+      keyword arguments of the model's call.
+    pad_values: the value that pads each [n, width] input wider (0 where not named).
+  """
+  encode: Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]]
+  pad_values: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+  def __call__(self, histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
+    return self.encode(histories, responses)
 
 
 def get(name: str) -> ModuleType:

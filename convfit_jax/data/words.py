@@ -1,0 +1,156 @@
+"""Word-level inputs for the models that read words, not subword pieces (ESIM).
+
+A text is lower-cased and split into words and punctuation marks, as GloVe's vocabulary
+was built; turn and speaker marks (`__eou__`, `__eot__`) stay whole tokens. The
+vocabulary is built from training texts (most frequent first, ties alphabetically)
+behind two reserved ids, padding 0 and unknown 1. Word vectors come from a text file
+of `word v_1 ... v_d` lines (GloVe's format); words the file lacks start random.
+
+Cutting to a maximum length keeps the end of a context (its last turns are what a
+response answers) and the start of a response.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from convfit_jax.data.readers import DataError, decoded_lines
+
+PAD, UNK = "<pad>", "<unk>"
+TURN_MARKS = ("__eou__", "__eot__")
+RESERVED = (PAD, UNK, *TURN_MARKS)  # the first ids of every vocabulary
+_TOKEN = re.compile(r"__eou__|__eot__|\w+|[^\w\s]")
+# Padded lengths are powers of two from this on (or the maximum): a run compiles a few
+# shapes, padding at most doubles the work.
+MIN_PADDED_LENGTH = 16
+
+
+def tokenize(text: str) -> list[str]:
+  """Lower-cased words, punctuation marks and turn marks of `text`."""
+  return _TOKEN.findall(text.lower())
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+  """Words by id: 0 is padding, 1 unknown words, then the turn marks and the words."""
+  words: tuple[str, ...]
+
+  def __post_init__(self):
+    object.__setattr__(self, "_ids", {w: i for i, w in enumerate(self.words)})
+    if self.words[:len(RESERVED)] != RESERVED:
+      raise ValueError(f"a vocabulary starts with {RESERVED}; got {self.words[:len(RESERVED)]}")
+
+  def __len__(self) -> int:
+    return len(self.words)
+
+  def ids(self, tokens: Sequence[str]) -> list[int]:
+    return [self._ids.get(t, 1) for t in tokens]
+
+  def save(self, path: str | os.PathLike) -> None:
+    Path(path).write_text("".join(f"{w}\n" for w in self.words), encoding="utf-8")
+
+  @classmethod
+  def load(cls, path: str | os.PathLike) -> Vocabulary:
+    return cls(tuple(Path(path).read_text(encoding="utf-8").splitlines()))
+
+
+def build_vocabulary(texts: Iterable[str], *, min_count: int = 1, max_size: int = 0) -> Vocabulary:
+  """The words of `texts` seen at least `min_count` times, most frequent first (ties
+  alphabetically), at most `max_size` ids in all (0 = no limit); `RESERVED` always first."""
+  counts = collections.Counter(t for text in texts for t in tokenize(text))
+  words = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
+           if c >= min_count and w not in TURN_MARKS]
+  words = [*RESERVED, *words]
+  return Vocabulary(tuple(words[:max(max_size, len(RESERVED))] if max_size else words))
+
+
+def read_vectors(path: str | os.PathLike, vocabulary: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
+  """The vectors of `vocabulary`'s words in a `word v_1 ... v_d` text file.
+
+  Returns:
+    ([len(vocabulary), d] float32 vectors, zero where missing; [len(vocabulary)] bool found).
+  Raises:
+    DataError naming file and line for a line whose width differs from the first's or
+    whose values are not numbers.
+  """
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"word vectors: {path.absolute()} does not exist")
+  vectors, found, dim = None, np.zeros(len(vocabulary), bool), 0
+  ids = {w: i for i, w in enumerate(vocabulary.words)}
+  for lineno, line in decoded_lines(path):
+    word, _, rest = line.rstrip().partition(" ")
+    values = rest.split(" ")
+    if vectors is None:
+      dim = len(values)
+      vectors = np.zeros((len(vocabulary), dim), np.float32)
+    if len(values) != dim:
+      raise DataError(f"{path}:{lineno}: {len(values)} values, the first line has {dim}")
+    i = ids.get(word)
+    if i is None or found[i] or i < len(RESERVED):
+      continue
+    try:
+      vectors[i] = np.asarray(values, np.float32)
+    except ValueError:
+      raise DataError(f"{path}:{lineno}: values of {word!r} are not all numbers") from None
+    found[i] = True
+  if vectors is None:
+    raise DataError(f"{path}: no vectors")
+  return vectors, found
+
+
+def embedding_matrix(vocabulary: Vocabulary, *, dim: int, vectors: str | os.PathLike | None,
+                     seed: int) -> tuple[np.ndarray, float]:
+  """[len(vocabulary), dim] float32 initial word embeddings and the fraction found in `vectors`.
+
+  Words in the file take their vectors; the others, and every word when `vectors` is
+  None, are drawn from a normal of the file's vectors' standard deviation (0.1 without a
+  file), seeded. Padding is zero.
+  """
+  rng = np.random.Generator(np.random.PCG64(seed))
+  if vectors is None:
+    out = rng.normal(0.0, 0.1, (len(vocabulary), dim)).astype(np.float32)
+    out[0] = 0.0
+    return out, 0.0
+  pretrained, found = read_vectors(vectors, vocabulary)
+  if pretrained.shape[1] != dim:
+    raise ValueError(f"model.embed_dim={dim} but {vectors} holds {pretrained.shape[1]}-d vectors")
+  std = float(pretrained[found].std()) if found.any() else 0.1
+  out = np.where(found[:, None], pretrained, rng.normal(0.0, std, pretrained.shape)).astype(np.float32)
+  out[0] = 0.0
+  words_found = found[len(RESERVED):]
+  return out, float(words_found.mean()) if len(words_found) else 0.0
+
+
+def padded_length(longest: int, max_length: int) -> int:
+  """The power of two >= `longest` (at least `MIN_PADDED_LENGTH`), at most `max_length`."""
+  return min(max(1 << (max(longest, 1) - 1).bit_length(), MIN_PADDED_LENGTH), max_length)
+
+
+def encode(texts: Sequence[str], vocabulary: Vocabulary, *, max_length: int, keep: str
+           ) -> tuple[np.ndarray, np.ndarray]:
+  """Word ids of `texts`, cut to `max_length` keeping the "end" (contexts) or "start"
+  (responses), padded to `padded_length` of the longest.
+
+  Returns:
+    ([n, L] int32 ids, 0 = padding; [n] int32 lengths, each >= 1: an empty text is one
+    unknown word).
+  """
+  if keep not in ("start", "end"):
+    raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
+  rows = []
+  for text in texts:
+    ids = vocabulary.ids(tokenize(text)) or [1]
+    rows.append(ids[-max_length:] if keep == "end" else ids[:max_length])
+  lengths = np.asarray([len(r) for r in rows], np.int32)
+  out = np.zeros((len(rows), padded_length(int(lengths.max(initial=1)), max_length)), np.int32)
+  for i, r in enumerate(rows):
+    out[i, :len(r)] = r
+  return out, lengths

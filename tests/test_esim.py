@@ -1,0 +1,120 @@
+"""ESIM's layers against direct references: the LSTM against torch.nn.LSTM, alignment,
+matching and pooling against NumPy loops; its inputs (words, truncation) and save/load."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from convfit_jax.data import words
+from convfit_jax.data.readers import DataError
+from convfit_jax.models import esim
+from convfit_jax.models.lstm import BiLSTM
+
+
+def test_bilstm_matches_torch_on_a_padded_batch():
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(0)
+  n, t, d, h = 4, 7, 5, 6
+  x = rng.normal(size=(n, t, d)).astype(np.float32)
+  lengths = np.array([7, 3, 1, 5], np.int32)
+  ours = BiLSTM(d, h, rngs=nnx.Rngs(0))
+  ref = torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
+  with torch.no_grad():
+    for k, suffix in enumerate(("", "_reverse")):
+      getattr(ref, f"weight_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_ih[...][k]).T))
+      getattr(ref, f"weight_hh_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_hh[...][k]).T))
+      b = np.asarray(ours.bias[...][k])
+      getattr(ref, f"bias_ih_l0{suffix}").copy_(torch.tensor(b * 0.25))
+      getattr(ref, f"bias_hh_l0{suffix}").copy_(torch.tensor(b * 0.75))
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.tensor(x), torch.tensor(lengths),
+                                                     batch_first=True, enforce_sorted=False)
+    want, _ = torch.nn.utils.rnn.pad_packed_sequence(ref(packed)[0], batch_first=True,
+                                                     total_length=t)
+  # padding holds garbage: it must not leak into the valid positions
+  x_padded = np.where(np.arange(t)[None, :, None] < lengths[:, None, None], x, 9.0)
+  got = ours(jnp.asarray(x_padded), jnp.asarray(lengths))
+  np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=1e-5)
+
+
+def test_soft_alignment_matching_and_pooling_match_loops():
+  rng = np.random.default_rng(1)
+  a, b = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 5, 3))
+  la, lb = [4, 2], [1, 5]
+  am = np.arange(4)[None] < np.array(la)[:, None]
+  bm = np.arange(5)[None] < np.array(lb)[:, None]
+  at, bt = esim.soft_align(jnp.asarray(a), jnp.asarray(b), jnp.asarray(am), jnp.asarray(bm))
+  for k in range(2):
+    e = a[k, :la[k]] @ b[k, :lb[k]].T
+    wa = np.exp(e - e.max(1, keepdims=True)); wa /= wa.sum(1, keepdims=True)
+    wb = np.exp(e - e.max(0, keepdims=True)); wb /= wb.sum(0, keepdims=True)
+    np.testing.assert_allclose(np.asarray(at)[k, :la[k]], wa @ b[k, :lb[k]], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(bt)[k, :lb[k]], wb.T @ a[k, :la[k]], atol=1e-5)
+  m = np.asarray(esim.local_matching(jnp.asarray(a), at))
+  np.testing.assert_allclose(m[..., 9:], a * np.asarray(at), atol=1e-6)
+  np.testing.assert_allclose(m[..., 6:9], a - np.asarray(at), atol=1e-6)
+  pooled = np.asarray(esim.mean_max_pool(jnp.asarray(a), jnp.asarray(am)))
+  for k in range(2):
+    np.testing.assert_allclose(pooled[k], np.concatenate([a[k, :la[k]].mean(0), a[k, :la[k]].max(0)]),
+                               atol=1e-6)
+
+
+def _tiny(freeze=False):
+  vocab = words.build_vocabulary(["how do i mount a drive", "use sudo mount", "try the forum"])
+  config = esim.EsimConfig(len(vocab), embed_dim=8, hidden=6, freeze_embeddings=freeze)
+  return esim.Esim(config, rngs=nnx.Rngs(0)), vocab
+
+
+def test_esim_ignores_padding_and_keeps_frozen_vectors_out_of_the_parameters():
+  model, vocab = _tiny(freeze=True)
+  c, cl = words.encode(["how do i mount a drive __eou__ use sudo mount"], vocab, max_length=64,
+                       keep="end")
+  r, rl = words.encode(["try the forum"], vocab, max_length=64, keep="start")
+  logits = model(jnp.asarray(c), jnp.asarray(cl), jnp.asarray(r), jnp.asarray(rl))
+  wide = lambda ids: jnp.pad(jnp.asarray(ids), ((0, 0), (0, 16)))
+  again = model(wide(c), jnp.asarray(cl), wide(r), jnp.asarray(rl))
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(again), atol=1e-6)
+  assert logits.shape == (1, 2) and np.isfinite(np.asarray(logits)).all()
+  params = nnx.state(model, nnx.Param)
+  assert "embeddings" not in params and "embeddings" in nnx.state(model, esim.FrozenEmbedding)
+
+
+def test_save_and_load_give_the_same_logits(tmp_path):
+  model, vocab = _tiny()
+  esim.save(model, vocab, tmp_path)
+  loaded, vocab2 = esim.load(tmp_path)
+  assert vocab2 == vocab
+  c, cl = words.encode(["use sudo mount"], vocab, max_length=8, keep="end")
+  args = (jnp.asarray(c), jnp.asarray(cl), jnp.asarray(c), jnp.asarray(cl))
+  np.testing.assert_array_equal(np.asarray(model(*args)), np.asarray(loaded(*args)))
+
+
+def test_words_truncation_and_turn_marks():
+  assert words.tokenize("ROPSS3: Install VLC __eou__ ok!") == ["ropss3", ":", "install", "vlc",
+                                                              "__eou__", "ok", "!"]
+  vocab = words.build_vocabulary(["a b c d e f"])
+  ids, lengths = words.encode(["a b c d e f"], vocab, max_length=3, keep="end")
+  assert [vocab.words[i] for i in ids[0, :3]] == ["d", "e", "f"] and lengths[0] == 3
+  ids, _ = words.encode(["a b c d e f"], vocab, max_length=3, keep="start")
+  assert [vocab.words[i] for i in ids[0, :3]] == ["a", "b", "c"]
+  ids, lengths = words.encode(["zzz", ""], vocab, max_length=40, keep="start")
+  assert ids.shape == (2, 16) and list(lengths) == [1, 1] and ids[0, 0] == ids[1, 0] == 1
+  assert vocab.words[:4] == (words.PAD, words.UNK, "__eou__", "__eot__")
+
+
+def test_vectors_file_errors_name_the_line(tmp_path):
+  vocab = words.build_vocabulary(["the cat"])
+  f = tmp_path / "v.txt"
+  f.write_text("the 0.1 0.2\ncat 0.3\n")
+  with pytest.raises(DataError, match=r"v.txt:2: 1 values"):
+    words.read_vectors(f, vocab)
+  f.write_text("the 0.1 0.2\ncat 0.3 x\n")
+  with pytest.raises(DataError, match=r"v.txt:2: values of 'cat'"):
+    words.read_vectors(f, vocab)
+  f.write_text("the 0.1 0.2\ndog 0.3 0.4\n")
+  table, found = words.embedding_matrix(vocab, dim=2, vectors=f, seed=0)
+  np.testing.assert_allclose(table[vocab.ids(["the"])[0]], [0.1, 0.2])
+  assert found == 0.5 and not table[0].any()
+  with pytest.raises(ValueError, match="embed_dim=3"):
+    words.embedding_matrix(vocab, dim=3, vectors=f, seed=0)
