@@ -131,3 +131,15 @@ def test_shared_sgd_and_stsb():
   assert len(stsb) == 1379 and 0.0 <= stsb.scores.min() and stsb.scores.max() <= 5.0
   test = list(conv.read_conversations(SHARED / "conversations" / "sgd" / "test.tsv"))
   assert len(test) == 10025
+
+
+def test_labelled_pairs_reader_and_bad_input(tmp_path):
+  good = _write(tmp_path / "p.tsv", "history\tresponse\tlabel\nhi __eou__ my wifi drops\ttry a cable\t1\n"
+                "one turn only\tlol\t0\n")
+  pairs = conv.read_labelled_pairs(good)
+  assert pairs.labels.tolist() == [1, 0] and pairs.histories[1] == "one turn only"
+  for body, message in (("\ttry a cable\t1", "empty history"), ("hi\t \t1", "empty response"),
+                        ("hi\tyo\t2", "label '2' is not 0 or 1"), ("hi\tyo", "fields")):
+    bad = _write(tmp_path / "b.tsv", f"history\tresponse\tlabel\nok\tok\t1\n{body}\n")
+    with pytest.raises(DataError, match=rf"b\.tsv:3: .*{message}"):
+      conv.read_labelled_pairs(bad)

@@ -1,0 +1,119 @@
+"""The reranker task end to end on synthetic conversations: ESIM learns, resumes, scores whole
+cases; the cross-encoder trains and exports; inputs are cut as documented."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from configs import rerank_cross as cross_config
+from configs import rerank_esim as esim_config
+from convfit_jax import sharding
+from convfit_jax.data.conversations import read_response_selection
+from convfit_jax.train import rerank
+
+TOPICS = ("wifi", "printer", "sound", "mount", "kernel", "grub", "python", "apache", "nvidia",
+          "samba", "firefox", "cron")
+
+
+def _write_data(folder, rows=256, cases=24, seed=0):
+  """Histories about one topic; the true response names it, a random one another topic."""
+  rng = np.random.default_rng(seed)
+  history = lambda t: f"hello all __eou__ question about {t} __eou__ anyone know {t} well ?"
+  reply = lambda t: f"check the {t} logs first"
+  lines = ["history\tresponse\tlabel"]
+  for _ in range(rows // 2):
+    t, other = rng.choice(len(TOPICS), 2, replace=False)
+    lines += [f"{history(TOPICS[t])}\t{reply(TOPICS[t])}\t1",
+              f"{history(TOPICS[t])}\t{reply(TOPICS[other])}\t0"]
+  (folder / "train.tsv").write_text("\n".join(lines) + "\n")
+  with open(folder / "rs10.jsonl", "w") as f:
+    for _ in range(cases):
+      topics = rng.choice(len(TOPICS), 10, replace=False)
+      label = int(rng.integers(10))
+      h = history(TOPICS[topics[label]])
+      f.write(json.dumps({"context": h.split(" __eou__ ")[-1], "history": h,
+                          "candidates": [reply(TOPICS[t]) for t in topics], "label": label}) + "\n")
+
+
+def _config(module, arg, folder, **extra):
+  c = module.get_config(arg)
+  c.workdir = str(folder / "run")
+  c.data.train = str(folder / "train.tsv")
+  c.data.max_rows = 0
+  with c.unlocked():
+    for name in ("test_rs10", "test_rs100"):
+      del c.evals[name]
+  c.evals.dev_rs10.file = str(folder / "rs10.jsonl")
+  c.evals.dev_rs10.num_cases = 0
+  c.evals.dev_rs10.prefix = "syn_"
+  for k, v in extra.items():
+    section, field = k.split(".")
+    c[section][field] = v
+  return c
+
+
+def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_path):
+  _write_data(tmp_path)
+  c = _config(esim_config, "runlocal", tmp_path, **{
+      "model.vectors": "", "model.embed_dim": 16, "model.hidden": 16, "model.min_count": 1,
+      "train.batch_size": 16, "train.epochs": 30, "train.max_steps": 480,
+      "train.learning_rate": 1e-2, "train.checkpoint_every": 120, "train.log_every": 40})
+  m = rerank.train_and_evaluate(c)
+  assert m["num_pairs"] == 256 and m["steps_per_epoch"] == 16
+  assert set(m) >= {"syn_r10_at_1", "syn_r10_at_2", "syn_r10_at_5", "syn_mrr", "syn_r10_at_1_before"}
+  assert m["syn_r10_at_1"] >= 0.9 > m["syn_r10_at_1_before"]
+  run = tmp_path / "run"
+  first = dict(np.load(run / "model" / "weights.npz"))
+  # As if killed after the step-360 checkpoint: no export, no later checkpoint.
+  shutil.rmtree(run / "model")
+  shutil.rmtree(run / "checkpoints" / "480")
+  rerank.train_and_evaluate(c)
+  again = dict(np.load(run / "model" / "weights.npz"))
+  assert first.keys() == again.keys()
+  for k in first:
+    np.testing.assert_allclose(again[k], first[k], atol=1e-6, err_msg=k)
+
+
+def test_batches_are_a_function_of_the_step(tmp_path):
+  _write_data(tmp_path, rows=64)
+  c = _config(esim_config, "runlocal", tmp_path, **{"model.vectors": "", "model.embed_dim": 8,
+                                                    "model.hidden": 8, "train.batch_size": 16,
+                                                    "train.epochs": 10})
+  task = rerank.Rerank(c, sharding.make_mesh(1))
+  from_zero = list(task.batches(0))
+  from_five = list(task.batches(5))
+  assert len(from_zero) == task.total_steps == 30
+  for a, b in zip(from_zero[5:], from_five):
+    np.testing.assert_array_equal(a, b)
+  epoch = np.concatenate(from_zero[:4])  # 64 rows, 4 steps an epoch: each row once
+  assert sorted(epoch.tolist()) == list(range(64))
+
+
+def test_pair_scorer_reads_each_case_history_with_each_candidate(tmp_path):
+  _write_data(tmp_path, rows=32, cases=3)
+  cases = read_response_selection(tmp_path / "rs10.jsonl")
+  seen = []
+
+  class Recorder:
+    def margins(self, histories, responses, *, batch_size):
+      seen.extend(zip(histories, responses))
+      return np.arange(len(histories), dtype=np.float32)
+
+  scores = rerank.PairScorer.score(Recorder(), cases, batch_size=4)
+  assert scores.shape == (3, 10) and scores[1, 0] == 10
+  assert seen[10] == (" __eou__ ".join(cases.histories[1]), cases.candidates[1][0])
+  assert "hello all __eou__ question about" in seen[0][0]
+
+
+def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
+  _write_data(tmp_path, rows=64, cases=6)
+  c = _config(cross_config, f"init_from={tiny_bert_dir},runlocal", tmp_path, **{
+      "train.batch_size": 8, "train.max_steps": 6, "train.checkpoint_every": 3})
+  m = rerank.train_and_evaluate(c)
+  assert 0 <= m["syn_r10_at_1"] <= 1 and np.isfinite(m["syn_mrr"])
+  out = tmp_path / "run" / "model"
+  assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+  head = np.load(out / "head.npz")
+  assert head["classifier.kernel"].shape == (32, 2)
