@@ -30,6 +30,7 @@ TASKS = {
     "evaluate": "convfit_jax.tasks.evaluate:run",
     "protocol": "convfit_jax.tasks.protocol:run",
     "rerank": "convfit_jax.train.rerank:train_and_evaluate",
+    "retrieve_rerank": "convfit_jax.tasks.retrieve_rerank:run",
     "stage1": "convfit_jax.train.stage1:train_and_evaluate",
     "stage2": "convfit_jax.train.stage2:train_and_evaluate",
 }

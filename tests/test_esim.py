@@ -83,8 +83,9 @@ def test_esim_ignores_padding_and_keeps_frozen_vectors_out_of_the_parameters():
 def test_save_and_load_give_the_same_logits(tmp_path):
   model, vocab = _tiny()
   esim.save(model, vocab, tmp_path)
-  loaded, vocab2 = esim.load(tmp_path)
-  assert vocab2 == vocab
+  built = esim.load(tmp_path)
+  loaded = built.model
+  assert built.tokenizer == vocab
   c, cl = words.encode(["use sudo mount"], vocab, max_length=8, keep="end")
   args = (jnp.asarray(c), jnp.asarray(cl), jnp.asarray(c), jnp.asarray(cl))
   np.testing.assert_array_equal(np.asarray(model(*args)), np.asarray(loaded(*args)))

@@ -9,8 +9,11 @@ import pytest
 
 from configs import rerank_cross as cross_config
 from configs import rerank_esim as esim_config
+from configs import retrieve_rerank as retrieve_config
 from convfit_jax import sharding
 from convfit_jax.data.conversations import read_response_selection
+from convfit_jax.evaluators.metrics import response_selection_metrics as metrics_of
+from convfit_jax.tasks import retrieve_rerank
 from convfit_jax.train import rerank
 
 TOPICS = ("wifi", "printer", "sound", "mount", "kernel", "grub", "python", "apache", "nvidia",
@@ -117,3 +120,26 @@ def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
   assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
   head = np.load(out / "head.npz")
   assert head["classifier.kernel"].shape == (32, 2)
+  model, inputs = rerank.load_reranker(tmp_path / "run")
+  cases = read_response_selection(tmp_path / "rs10.jsonl")
+  trained = rerank.train_and_evaluate(c)  # finished: nothing reruns, metrics as written
+  assert rerank.PairScorer(model, inputs).score(cases, batch_size=8).shape == (6, 10)
+  got = metrics_of(rerank.PairScorer(model, inputs).score(cases, batch_size=8), cases.labels)
+  assert got["mrr"] == pytest.approx(trained["syn_mrr"], abs=1e-6)
+
+  # The trained run as the reranker of a retrieval over every candidate of the file.
+  rr = retrieve_config.get_config(f"retriever={tiny_bert_dir},reranker={tmp_path / 'run'},k=5,"
+                                  f"workdir={tmp_path / 'rr'}")
+  rr.data.file = str(tmp_path / "rs10.jsonl")
+  m = retrieve_rerank.run(rr)
+  assert m["pool_size"] == len({t for cands in cases.candidates for t in cands}) == 12
+  assert m["num_queries"] == 6 and m["retrieval_r_at_1"] <= m["retrieval_r_at_5"]
+  # The reranker reorders the top 5 only: it finds no answer the retriever left out.
+  assert m["rerank_r_at_10"] == m["retrieval_r_at_5"] and m["rerank_r_at_1"] <= m["retrieval_r_at_5"]
+
+
+def test_pool_ranks_count_ties_against_the_answer():
+  scores = np.array([[0.9, 0.5, 0.5], [0.1, 0.2, 0.3]])
+  np.testing.assert_array_equal(retrieve_rerank.pool_ranks(scores, np.array([1, 2])), [3, 1])
+  m = retrieve_rerank.rank_metrics(np.array([1, 3, np.inf]), "x_", (1, 10))
+  assert m == {"x_r_at_1": 1 / 3, "x_r_at_10": 2 / 3, "x_mrr": pytest.approx((1 + 1 / 3) / 3)}

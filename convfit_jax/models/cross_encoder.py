@@ -124,3 +124,15 @@ def export(built: Built, model: CrossEncoder, folder: str | os.PathLike) -> None
           for k, v in sentence.flat_params(getattr(model, name)).items()}
   np.savez(folder / "head.npz", **head)
   write_json(folder / "cross_encoder.json", {"num_labels": 2, "head": "head.npz"})
+
+
+def load(folder: str | os.PathLike, m: ml_collections.ConfigDict) -> Built:
+  """The cross-encoder `export` wrote, in the dtype of `m` (the run's model block)."""
+  folder = Path(folder)
+  ck = hf_io.load(folder)
+  with np.load(folder / "head.npz") as head:
+    params = {**{f"transformer.{k}": v for k, v in ck.transformer.items()}, **dict(head)}
+  model = sentence.build_with_params(
+      lambda: CrossEncoder(ck.config, rngs=nnx.Rngs(0), dtype=jnp.dtype(m.dtype)), params,
+      source=str(folder))
+  return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config)

@@ -162,11 +162,13 @@ def save(model: Esim, vocabulary: words.Vocabulary, folder: str | os.PathLike) -
                                        for path, var in nnx.to_flat_state(nnx.state(model))})
 
 
-def load(folder: str | os.PathLike) -> tuple[Esim, words.Vocabulary]:
-  """The model and vocabulary `save` wrote."""
+def load(folder: str | os.PathLike, m: ml_collections.ConfigDict | None = None) -> Built:
+  """The model and vocabulary `save` wrote, as `build` gives them (`m`, the run's model
+  block, is not needed: the sizes are in esim.json)."""
+  del m
   folder = Path(folder)
   config = EsimConfig(**json.loads((folder / "esim.json").read_text()))
   with np.load(folder / "weights.npz") as arrays:
     model = sentence.build_with_params(lambda: Esim(config, rngs=nnx.Rngs(0)), dict(arrays),
                                        source=str(folder / "weights.npz"))
-  return model, words.Vocabulary.load(folder / "vocab.txt")
+  return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))

@@ -7,6 +7,7 @@ candidates by their match logit margin. A reranker's model module gives, besides
 
     pair_inputs(built, model_config) -> models.PairInputs
     export(built, model, folder)
+    load(folder, model_config) -> Built   (what `export` wrote)
 
 and its model is called as `model(**inputs, dropout_key=...) -> [n, 2]` logits.
 
@@ -19,6 +20,8 @@ its contiguous share; padded widths agree across processes.
 from __future__ import annotations
 
 import functools
+import json
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -88,6 +91,19 @@ class PairScorer:
     histories = [EOU.join(h) for h in cases.histories for _ in range(c)]
     responses = [r for cands in cases.candidates for r in cands]
     return self.margins(histories, responses, batch_size=batch_size).reshape(len(cases), c)
+
+
+def load_reranker(workdir: str | os.PathLike) -> tuple[nnx.Module, PairInputs]:
+  """The model a finished rerank run exported (`workdir/model`) and how it reads pairs,
+  as that run's config.json describes them."""
+  workdir = Path(workdir)
+  config_path = workdir / "config.json"
+  if not (config_path.is_file() and (workdir / "model").is_dir()):
+    raise FileNotFoundError(f"{workdir}: not a finished rerank run (no config.json and model/)")
+  m = ml_collections.ConfigDict(json.loads(config_path.read_text())["model"])
+  module = models.get(m.name)
+  built = module.load(workdir / "model", m)
+  return built.model, module.pair_inputs(built, m)
 
 
 class Rerank:
