@@ -1,6 +1,5 @@
 """The cross-encoder against transformers' BertForSequenceClassification, and its pair inputs."""
 
-import ml_collections
 import numpy as np
 import pytest
 import jax.numpy as jnp

@@ -3,13 +3,13 @@ matching and pooling against NumPy loops; its inputs (words, truncation) and sav
 
 import numpy as np
 import pytest
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from convfit_jax.data import words
 from convfit_jax.data.readers import DataError
-from convfit_jax.models import esim
+from convfit_jax.models import Built, esim
+from convfit_jax.models.word_models import FrozenEmbedding
 from convfit_jax.models.lstm import BiLSTM
 
 
@@ -77,12 +77,12 @@ def test_esim_ignores_padding_and_keeps_frozen_vectors_out_of_the_parameters():
   np.testing.assert_allclose(np.asarray(logits), np.asarray(again), atol=1e-6)
   assert logits.shape == (1, 2) and np.isfinite(np.asarray(logits)).all()
   params = nnx.state(model, nnx.Param)
-  assert "embeddings" not in params and "embeddings" in nnx.state(model, esim.FrozenEmbedding)
+  assert "embeddings" not in params and "embeddings" in nnx.state(model, FrozenEmbedding)
 
 
 def test_save_and_load_give_the_same_logits(tmp_path):
   model, vocab = _tiny()
-  esim.save(model, vocab, tmp_path)
+  esim.export(Built(model, tokenizer=vocab), model, tmp_path)
   built = esim.load(tmp_path)
   loaded = built.model
   assert built.tokenizer == vocab
@@ -119,3 +119,19 @@ def test_vectors_file_errors_name_the_line(tmp_path):
   assert found == 0.5 and not table[0].any()
   with pytest.raises(ValueError, match="embed_dim=3"):
     words.embedding_matrix(vocab, dim=3, vectors=f, seed=0)
+
+
+def test_self_attention_pooling_matches_a_loop():
+  from convfit_jax.models.sentence_lstm import SentenceLstm, SentenceLstmConfig
+  model = SentenceLstm(SentenceLstmConfig(20, embed_dim=6, hidden=5, heads=3, attention_dim=4),
+                       rngs=nnx.Rngs(0))
+  ids = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], np.int32)
+  lengths = np.array([3, 2], np.int32)
+  got = np.asarray(model.encode(jnp.asarray(ids), jnp.asarray(lengths)))
+  h = np.asarray(model.encoder(model.embeddings[...][ids], jnp.asarray(lengths)))
+  w1, w2 = np.asarray(model.attention_in.kernel[...]), np.asarray(model.attention_out.kernel[...])
+  for k in range(2):
+    hk = h[k, :lengths[k]]
+    s = np.tanh(hk @ w1) @ w2  # [L, heads]
+    a = np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0)
+    np.testing.assert_allclose(got[k], (a.T @ hk).reshape(-1), atol=1e-5)

@@ -128,3 +128,14 @@ def test_validation_split_for_model_selection(tmp_path):
   clinc.evals.knn.split = "val"
   with pytest.raises(ValueError, match="threshold"):
     Evaluator(clinc.evals.knn, run_config=clinc, workdir=tmp_path)
+
+
+def test_evaluate_task_reads_an_encoder_as_a_dual_encoder(tiny_bert_dir, tmp_path):
+  from conftest import REPO
+  c = evaluate_config.get_config(f"init_from={tiny_bert_dir},responses,workdir={tmp_path}")
+  assert set(c.evals) == {"ubuntu_irc_test_rs10", "ubuntu_irc_test_rs100", "sgd_test_rs100"}
+  for name in ("ubuntu_irc_test_rs10", "ubuntu_irc_test_rs100"):
+    del c.evals[name]
+  c.evals.sgd_test_rs100.file = str(REPO / "tests" / "fixtures" / "sgd_test_rs100.jsonl")
+  m = evaluate.run(c)
+  assert set(m) == {f"sgd_test_rs100_{k}" for k in ("r_at_1", "r_at_10", "r_at_50", "mrr", "dstc7")}

@@ -79,6 +79,19 @@ def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_p
     np.testing.assert_allclose(again[k], first[k], atol=1e-6, err_msg=k)
 
 
+def test_sentence_lstm_trains_exports_and_reloads(tmp_path):
+  _write_data(tmp_path, rows=64, cases=6)
+  c = _config(esim_config, "model=sentence_lstm,runlocal", tmp_path, **{
+      "model.vectors": "", "model.embed_dim": 8, "model.hidden": 8, "model.attention_dim": 8,
+      "train.batch_size": 16, "train.max_steps": 4})
+  m = rerank.train_and_evaluate(c)
+  assert np.isfinite(m["syn_mrr"]) and (tmp_path / "run" / "model" / "word_model.json").is_file()
+  model, inputs = rerank.load_reranker(tmp_path / "run")
+  cases = read_response_selection(tmp_path / "rs10.jsonl")
+  got = metrics_of(rerank.PairScorer(model, inputs).score(cases, batch_size=8), cases.labels)
+  assert got["mrr"] == pytest.approx(m["syn_mrr"], abs=1e-6)
+
+
 def test_batches_are_a_function_of_the_step(tmp_path):
   _write_data(tmp_path, rows=64)
   c = _config(esim_config, "runlocal", tmp_path, **{"model.vectors": "", "model.embed_dim": 8,

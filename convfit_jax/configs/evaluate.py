@@ -3,10 +3,12 @@
     python -m convfit_jax.main --config=configs/evaluate.py                     # off-the-shelf MiniLM
     python -m convfit_jax.main --config=configs/evaluate.py:init_from=workdirs/stage2/banking77_10shot_ocl_seed0
     python -m convfit_jax.main --config=configs/evaluate.py:dataset=clinc150,oos --config.evals.knn.mlp=True
+    python -m convfit_jax.main --config=configs/evaluate.py:responses   # response selection
 
 Arguments: dataset, shots, seed, init_from (a folder, hub id, or a Stage 1/2 workdir),
 workdir, and the flag `oos` (clinc150 out-of-scope detection by a threshold chosen
-on val). `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
+on val), and the flag `responses`: response selection on ubuntu_irc (test 1-of-10 and
+1-of-100) and SGD (test 1-of-100) instead of intents. `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
 searches a larger pool: the paper's inference-time augmentation.
 """
 
@@ -19,7 +21,7 @@ from convfit_jax.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, "configs/evaluate.py", dataset="banking77", shots=10, seed=0,
-                       init_from=common.MINILM, workdir="", oos=False)
+                       init_from=common.MINILM, workdir="", oos=False, responses=False)
   c = ml_collections.ConfigDict()
   c.task = "evaluate"
   c.workdir = a.workdir or f"workdirs/evaluate/{a.dataset}_{a.shots or 'full'}shot_seed{a.seed}"
@@ -27,5 +29,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model = common.model_config(a.init_from)
   c.data = common.data_config(a.dataset, a.shots, a.seed)
   c.evals = ml_collections.ConfigDict()
-  c.evals.knn = common.intent_knn_eval(oos=a.oos)
+  if a.responses:
+    c.workdir = a.workdir or "workdirs/evaluate/responses"
+    conversations = "../shared/data/conversations"
+    for name, file in (("ubuntu_irc_test_rs10", "ubuntu_irc/test_rs10.jsonl"),
+                       ("ubuntu_irc_test_rs100", "ubuntu_irc/test_rs100.jsonl"),
+                       ("sgd_test_rs100", "sgd/test_rs100.jsonl")):
+      c.evals[name] = common.response_selection_eval(file=f"{conversations}/{file}",
+                                                     prefix=f"{name}_")
+  else:
+    c.evals.knn = common.intent_knn_eval(oos=a.oos)
   return c

@@ -2,6 +2,11 @@
 
   python -m convfit_jax.main --config=configs/rerank_esim.py
   python -m convfit_jax.main --config=configs/rerank_esim.py:runlocal   # a few-minute smoke run
+  python -m convfit_jax.main --config=configs/rerank_esim.py:model=sentence_lstm   # the baseline
+
+`model=sentence_lstm` trains the same paper's sentence-encoding baseline instead (a
+Siamese BiLSTM with 4-head self-attention pooling and an MLP on the pair; same words,
+data and optimiser).
 
 Defaults are the paper's for Lowe et al.'s Ubuntu corpus (the 1:1 training format
 ubuntu_irc has): BiLSTMs and MLP of 300, Adam at 2e-4, batch 16, context cut to its last
@@ -43,14 +48,16 @@ def shrink_for_runlocal(c: ml_collections.ConfigDict) -> None:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, "configs/rerank_esim.py", runlocal=False)
+  a = common.parse_arg(arg, "configs/rerank_esim.py", model="esim", runlocal=False)
+  if a.model not in ("esim", "sentence_lstm"):
+    raise ValueError(f"configs/rerank_esim.py: model={a.model!r}; esim or sentence_lstm")
   c = ml_collections.ConfigDict()
   c.task = "rerank"
-  c.workdir = "workdirs/rerank_esim"  # relative to the current directory
+  c.workdir = f"workdirs/rerank_{a.model}"  # relative to the current directory
   c.seed = 0
 
   c.model = ml_collections.ConfigDict()
-  c.model.name = "esim"  # the model module in convfit_jax/models/
+  c.model.name = a.model  # the model module in convfit_jax/models/
   c.model.vectors = GLOVE  # "word v1 ... vd" lines; "" = random initial embeddings
   c.model.embed_dim = 50  # the vectors' width
   c.model.freeze_embeddings = False  # the paper fine-tunes them on Lowe's Ubuntu
@@ -60,6 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.dropout = 0.0  # on the MLP's input and hidden layer
   c.model.max_context = 400  # words, the context's last ones (turns joined by __eou__)
   c.model.max_response = 150  # words, the response's first ones
+  if a.model == "sentence_lstm":
+    c.model.heads = 4  # self-attention pooling heads
+    c.model.attention_dim = 300  # their hidden width
 
   c.data = ml_collections.ConfigDict()
   c.data.train = f"{UBUNTU}/train.tsv"  # history \t response \t label (1 true, 0 random)
@@ -76,8 +86,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   rerank_evals(c, every=1000)
   common.mesh_and_distributed(c)
   if a.runlocal:
-    c.workdir = "workdirs/rerank_esim_runlocal"
+    c.workdir = f"workdirs/rerank_{a.model}_runlocal"
     c.model.hidden = 32
+    if a.model == "sentence_lstm":
+      c.model.attention_dim = 32
     c.model.max_context = 100
     c.model.max_response = 30
     c.train.batch_size = 32

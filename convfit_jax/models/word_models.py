@@ -1,0 +1,90 @@
+"""What the word-level rerankers (ESIM, the BiLSTM sentence-encoding baseline) share:
+vocabulary and embeddings, how they read (history, response) pairs, saving and loading.
+
+A model class here is an `nnx.Module` built as `cls(config, rngs=..., embeddings=...)`
+from a frozen dataclass `cls.Config` whose fields are `vocab_size` and the names of
+its `model` config block (embed_dim, hidden, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from convfit_jax.data import words
+from convfit_jax.models import Built, PairInputs, sentence
+
+
+class FrozenEmbedding(nnx.Variable):
+  """Word vectors that training leaves as they are (model state, not a parameter, so the
+  optimiser neither moves nor decays them)."""
+
+
+def embedding_table(vocab_size: int, dim: int, *, frozen: bool, rngs: nnx.Rngs,
+                    embeddings: np.ndarray | None) -> nnx.Variable:
+  """[vocab_size, dim] float32 word vectors, `embeddings` or N(0, 0.1^2)."""
+  table = (jax.random.normal(rngs.params(), (vocab_size, dim)) * 0.1 if embeddings is None
+           else jnp.asarray(embeddings, jnp.float32))
+  return FrozenEmbedding(table) if frozen else nnx.Param(table)
+
+
+def build(cls, m: ml_collections.ConfigDict, *, seed: int,
+          train_texts: Callable[[], Iterable[str]]) -> Built:
+  """`cls` as a `model` config block says, its vocabulary built from `train_texts()`.
+
+  Besides `cls.Config`'s fields the block has vectors (a word-vectors file, or "" for
+  random embeddings), min_count and max_vocab (`words.build_vocabulary`), max_context
+  and max_response (`pair_inputs`). `Built.tokenizer` is the vocabulary; `hf_config`
+  records the share of its words found in the vectors file.
+  """
+  vocabulary = words.build_vocabulary(train_texts(), min_count=m.min_count, max_size=m.max_vocab)
+  table, found = words.embedding_matrix(vocabulary, dim=m.embed_dim, vectors=m.vectors or None,
+                                        seed=seed)
+  fields = [f.name for f in dataclasses.fields(cls.Config) if f.name != "vocab_size"]
+  config = cls.Config(vocab_size=len(vocabulary), **{f: m[f] for f in fields})
+  return Built(cls(config, rngs=nnx.Rngs(seed), embeddings=table), tokenizer=vocabulary,
+               hf_config={"words_in_vectors": found})
+
+
+def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
+  """(histories, responses) -> {"context_ids", "response_ids"} [n, L] int32 (0 = padding)
+  and {"context_lengths", "response_lengths"} [n] int32: contexts cut to `m.max_context`
+  words from the left, responses to `m.max_response` from the right."""
+  vocabulary = built.tokenizer
+
+  def inputs(histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
+    c, cl = words.encode(histories, vocabulary, max_length=m.max_context, keep="end")
+    r, rl = words.encode(responses, vocabulary, max_length=m.max_response, keep="start")
+    return {"context_ids": c, "context_lengths": cl, "response_ids": r, "response_lengths": rl}
+
+  return PairInputs(inputs)
+
+
+def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
+  """Writes `word_model.json` (the config), `vocab.txt` and `weights.npz` (every array,
+  frozen embeddings included, by dotted path)."""
+  folder = Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  (folder / "word_model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
+  built.tokenizer.save(folder / "vocab.txt")
+  np.savez(folder / "weights.npz", **{".".join(map(str, path)): np.asarray(var[...])
+                                       for path, var in nnx.to_flat_state(nnx.state(model))})
+
+
+def load(cls, folder: str | os.PathLike) -> Built:
+  """The `cls` model and vocabulary `save` wrote."""
+  folder = Path(folder)
+  config = cls.Config(**json.loads((folder / "word_model.json").read_text()))
+  with np.load(folder / "weights.npz") as arrays:
+    model = sentence.build_with_params(lambda: cls(config, rngs=nnx.Rngs(0)), dict(arrays),
+                                       source=str(folder / "weights.npz"))
+  return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))
