@@ -139,3 +139,20 @@ def test_evaluate_task_reads_an_encoder_as_a_dual_encoder(tiny_bert_dir, tmp_pat
   c.evals.sgd_test_rs100.file = str(REPO / "tests" / "fixtures" / "sgd_test_rs100.jsonl")
   m = evaluate.run(c)
   assert set(m) == {f"sgd_test_rs100_{k}" for k in ("r_at_1", "r_at_10", "r_at_50", "mrr", "dstc7")}
+  c.model.init_from = "tfidf"
+  tfidf = evaluate.run(c)
+  assert 0 < tfidf["sgd_test_rs100_mrr"] <= 1
+
+
+def test_tfidf_scorer_is_the_cosine_of_tfidf_vectors():
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from convfit_jax.data.conversations import ResponseSelectionSet
+  from convfit_jax.evaluators.response_selection import TfidfScorer
+  cases = ResponseSelectionSet(("mount it", "wifi?"), (("hi", "mount it"), ("wifi?",)),
+                               (("use mount", "reboot"), ("reboot", "check wifi driver")),
+                               np.array([0, 1], np.int32))
+  got = TfidfScorer().score(cases)
+  v = TfidfVectorizer().fit(["hi mount it", "wifi?", "check wifi driver", "reboot", "use mount"])
+  want = (v.transform(["hi mount it"]) @ v.transform(["use mount", "reboot"]).T).toarray()[0]
+  np.testing.assert_allclose(got[0], want, atol=1e-6)
+  assert got[1, 1] > 0 == got[1, 0]

@@ -43,6 +43,26 @@ class BiEncoderScorer:
                      self.responses(texts, batch_size)[rows])
 
 
+class TfidfScorer:
+  """Lowe et al.'s (2015) TF-IDF baseline: cosine of the TF-IDF vectors of a case's history
+  (its turns joined) and of each candidate, term weights fitted on the cases' own
+  histories and distinct candidates (scikit-learn's `TfidfVectorizer`, unit rows)."""
+
+  def score(self, cases: ResponseSelectionSet, *, batch_size: int = 0) -> np.ndarray:
+    """[n, c] cosine similarities (`batch_size` unused: one sparse product)."""
+    del batch_size
+    from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=import-outside-toplevel
+    histories = [" ".join(h) for h in cases.histories]
+    texts = sorted({t for cands in cases.candidates for t in cands})
+    index = {t: i for i, t in enumerate(texts)}
+    vectorizer = TfidfVectorizer().fit(histories + texts)
+    queries, responses = vectorizer.transform(histories), vectorizer.transform(texts)
+    c = len(cases.candidates[0])
+    rows = np.asarray([index[t] for cands in cases.candidates for t in cands])
+    pairs = queries[np.repeat(np.arange(len(cases)), c)].multiply(responses[rows])
+    return np.asarray(pairs.sum(axis=1), np.float32).reshape(len(cases), c)
+
+
 class Evaluator:
   """Recall and MRR on the cases of `settings.file` (`metrics.response_selection_metrics`),
   each name after `settings.prefix` (a run evaluating several sets names each).

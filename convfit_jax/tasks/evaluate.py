@@ -1,7 +1,8 @@
 """Task `evaluate`: the evaluators of `config.evals` on any encoder or run output, no training.
 
 The encoder is read as a text encoder (k-NN intent detection) and as a dual encoder
-(response selection: contexts and candidates encoded alike, ranked by cosine).
+(response selection: contexts and candidates encoded alike, ranked by cosine);
+`model.init_from="tfidf"` is the TF-IDF baseline of response selection instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from absl import logging
 
 from convfit_jax import evaluators, models
 from convfit_jax.encoder import Encoder
-from convfit_jax.evaluators.response_selection import BiEncoderScorer
+from convfit_jax.evaluators.response_selection import BiEncoderScorer, TfidfScorer
 from convfit_jax.train.workdir import Workdir, summary
 
 
@@ -22,12 +23,15 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   workdir = Workdir(config.workdir)
   try:
     workdir.write_config(config)
-    built = models.get(config.model.name).build(config.model, seed=config.seed)
-    encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,
-                      normalize=built.normalize, hf_config=built.hf_config)
-    unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
-    # The encoder as a dual encoder for response selection: contexts and responses alike.
-    predictors = {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
+    if config.model.init_from == "tfidf":
+      predictors = {"response_scorer": TfidfScorer()}
+    else:
+      built = models.get(config.model.name).build(config.model, seed=config.seed)
+      encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,
+                        normalize=built.normalize, hf_config=built.hf_config)
+      unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
+      # The encoder as a dual encoder for response selection: contexts and responses alike.
+      predictors = {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
     metrics = {}
     for name, (evaluator, _) in evaluators.from_config(config.evals, run_config=config,
                                                        workdir=workdir.path).items():
