@@ -1,0 +1,256 @@
+"""Rerankers against PyTorch on this CPU, same inputs, same run: training pairs/s and
+reranking candidates/s, as a ratio.
+
+Run by hand from the repository root (idle machine; nothing else running):
+
+  python benchmarks/rerank_vs_pytorch.py [--models esim+cross] [--steps 10] [--score 512]
+
+Inputs are ubuntu_irc training pairs (../shared/data; random word pairs where it is absent),
+tokenised once by our pipeline; both frameworks get the same arrays.
+- ESIM: ours (`models.esim`, the trainer's jitted step, `train.rerank.PairScorer`) against
+  a PyTorch ESIM built here on `torch.nn.LSTM` with packed sequences, the same
+  architecture and sizes (hidden 300, 50-d words, batch 16 as `configs/rerank_esim.py`),
+  Adam in both.
+- Cross-encoder: ours (`models.cross_encoder`, all-MiniLM-L6-v2, batch 32, pairs of at
+  most 128 tokens as `configs/rerank_cross.py`) against transformers'
+  BertForSequenceClassification with the same weights (AdamW); reranking also against
+  sentence-transformers' `CrossEncoder.predict` end to end (its own tokenisation, same
+  pairs, same batch).
+After a warm-up pass over every batch (our compiles, one per padded shape), training
+steps alternate between the frameworks, so background load falls on both alike;
+reranking scores `--score` pairs per framework, after a warm-up pass of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+
+UBUNTU = Path("../shared/data/conversations/ubuntu_irc/train.tsv")
+
+
+def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[str], np.ndarray]:
+  """n (history, response, label) rows of ubuntu_irc train, or random words without it."""
+  rng = np.random.default_rng(seed)
+  if UBUNTU.is_file():
+    from convfit_jax.data.conversations import read_labelled_pairs  # pylint: disable=import-outside-toplevel
+    p = read_labelled_pairs(UBUNTU)
+    idx = rng.choice(len(p), n, replace=False)
+    return [p.histories[i] for i in idx], [p.responses[i] for i in idx], p.labels[idx]
+  words = [f"w{i}" for i in range(2000)]
+  text = lambda k: " ".join(rng.choice(words, k))
+  return ([text(int(rng.integers(20, 200))) for _ in range(n)],
+          [text(int(rng.integers(3, 30))) for _ in range(n)], rng.integers(0, 2, n).astype(np.int32))
+
+
+def _torch_esim(torch, config, embeddings):
+  """ESIM in PyTorch: the architecture of `models.esim`, on torch.nn.LSTM."""
+  nn = torch.nn
+
+  class BiLSTM(nn.Module):
+    def __init__(self, d_in, hidden):
+      super().__init__()
+      self.lstm = nn.LSTM(d_in, hidden, batch_first=True, bidirectional=True)
+
+    def forward(self, x, lengths):
+      packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True,
+                                                 enforce_sorted=False)
+      out, _ = self.lstm(packed)
+      return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+
+  class Esim(nn.Module):
+    def __init__(self):
+      super().__init__()
+      h = config.hidden
+      self.embeddings = nn.Embedding.from_pretrained(torch.tensor(embeddings), freeze=False)
+      self.encoder, self.composition = BiLSTM(config.embed_dim, h), BiLSTM(h, h)
+      self.projection, self.hidden, self.out = nn.Linear(8 * h, h), nn.Linear(8 * h, h), nn.Linear(h, 2)
+
+    def forward(self, context_ids, context_lengths, response_ids, response_lengths):
+      c_mask = torch.arange(context_ids.shape[1])[None] < context_lengths[:, None]
+      r_mask = torch.arange(response_ids.shape[1])[None] < response_lengths[:, None]
+      a = self.encoder(self.embeddings(context_ids), context_lengths)
+      b = self.encoder(self.embeddings(response_ids), response_lengths)
+      e = a @ b.transpose(1, 2)
+      a_t = torch.softmax(e.masked_fill(~r_mask[:, None, :], -1e9), dim=2) @ b
+      b_t = torch.softmax(e.masked_fill(~c_mask[:, :, None], -1e9), dim=1).transpose(1, 2) @ a
+      match = lambda x, t: torch.relu(self.projection(torch.cat([x, t, x - t, x * t], -1)))
+      va = self.composition(match(a, a_t), context_lengths)
+      vb = self.composition(match(b, b_t), response_lengths)
+
+      def pool(v, mask):
+        m = mask[:, :, None]
+        mean = (v * m).sum(1) / m.sum(1).clamp(min=1)
+        return torch.cat([mean, v.masked_fill(~m, float("-inf")).max(1).values], -1)
+
+      v = torch.cat([pool(va, c_mask), pool(vb, r_mask)], -1)
+      return self.out(torch.tanh(self.hidden(v)))
+
+  return Esim()
+
+
+def _timed(fn) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def _compare(name: str, ours_step, torch_step, batches, steps: int, ours_score, torch_scores,
+             score_pairs):
+  """Alternating training steps, then reranking; prints one table row per measurement."""
+  for b in batches:  # warm-up: every padded shape compiled (ours), allocator warm (torch)
+    ours_step(b)
+    torch_step(b)
+  t_ours, t_torch = [], []
+  for i in range(steps):
+    b = batches[i % len(batches)]
+    t_ours.append(_timed(lambda: ours_step(b)))
+    t_torch.append(_timed(lambda: torch_step(b)))
+  pairs = len(batches[0]["labels"])
+  rows = [(f"{name}: training pairs/s (median step)", pairs / np.median(t_ours),
+           pairs / np.median(t_torch))]
+  ours_score()  # warm-up: one compile per padded width
+  s_ours = _timed(ours_score)
+  for label, fn in torch_scores:
+    fn()
+    rows.append((f"{name}: reranking candidates/s vs {label}", score_pairs / s_ours,
+                 score_pairs / _timed(fn)))
+  for label, ours, theirs in rows:
+    print(f"| {label} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+
+
+def bench_esim(torch, steps: int, score: int):
+  import jax  # pylint: disable=import-outside-toplevel
+  from convfit_jax import sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax.configs import rerank_esim  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import rerank, trainer  # pylint: disable=import-outside-toplevel
+  config = rerank_esim.get_config()
+  config.model.vectors = ""  # speed does not depend on the initial vectors
+  histories, responses, labels = _pairs(16 * steps + score)
+  built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses)
+  inputs = esim.pair_inputs(built, config.model)
+  batches = []
+  for i in range(steps):
+    sl = slice(16 * i, 16 * (i + 1))
+    batches.append({**inputs(histories[sl], responses[sl]), "labels": labels[sl]})
+  mesh = sharding.make_mesh(1)
+  state, _ = trainer.init_state(config, built.model, 1000, mesh)
+  step_fn = trainer.make_train_step(lambda s, b: trainer.value_and_grad(rerank.loss_fn, s, b), mesh)
+  box = {"state": state}
+
+  def ours_step(b):
+    box["state"], out = step_fn(box["state"], {k: jax.numpy.asarray(v) for k, v in b.items()})
+    jax.block_until_ready(out["loss"])
+
+  model = _torch_esim(torch, built.model.config, np.asarray(built.model.embeddings[...]))
+  opt = torch.optim.Adam(model.parameters(), lr=2e-4)
+  tensors = lambda b: {k: torch.tensor(v, dtype=torch.long) for k, v in b.items() if k != "labels"}
+
+  def torch_step(b):
+    loss = torch.nn.functional.cross_entropy(model(**tensors(b)), torch.tensor(b["labels"]).long())
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+    opt.step()
+
+  sh, sr = histories[-score:], responses[-score:]
+  scorer = rerank.PairScorer(box["state"].host_model(), inputs)
+
+  def torch_score():
+    model.eval()
+    order = np.argsort([len(h) + len(r) for h, r in zip(sh, sr)], kind="stable")
+    with torch.no_grad():
+      for start in range(0, score, 64):
+        idx = order[start:start + 64]
+        model(**tensors(inputs([sh[i] for i in idx], [sr[i] for i in idx])))
+    model.train()
+
+  _compare("ESIM", ours_step, torch_step, batches, steps,
+           lambda: scorer.margins(sh, sr, batch_size=64), [("PyTorch ESIM", torch_score)], score)
+
+
+def bench_cross(torch, steps: int, score: int):
+  import jax  # pylint: disable=import-outside-toplevel
+  from sentence_transformers import CrossEncoder as StCrossEncoder  # pylint: disable=import-outside-toplevel
+  from transformers import BertForSequenceClassification  # pylint: disable=import-outside-toplevel
+  from convfit_jax import hf_io, sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax.configs import rerank_cross  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models import cross_encoder  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import rerank, trainer  # pylint: disable=import-outside-toplevel
+  config = rerank_cross.get_config()
+  histories, responses, labels = _pairs(32 * steps + score)
+  built = cross_encoder.build(config.model, seed=0, train_texts=lambda: ())
+  inputs = cross_encoder.pair_inputs(built, config.model)
+  batches = []
+  for i in range(steps):
+    sl = slice(32 * i, 32 * (i + 1))
+    batches.append({**inputs(histories[sl], responses[sl]), "labels": labels[sl]})
+  mesh = sharding.make_mesh(1)
+  state, _ = trainer.init_state(config, built.model, 1000, mesh)
+  step_fn = trainer.make_train_step(lambda s, b: trainer.value_and_grad(rerank.loss_fn, s, b), mesh)
+  box = {"state": state}
+
+  def ours_step(b):
+    box["state"], out = step_fn(box["state"], {k: jax.numpy.asarray(v) for k, v in b.items()})
+    jax.block_until_ready(out["loss"])
+
+  folder = str(hf_io.resolve(config.model.init_from))
+  model = BertForSequenceClassification.from_pretrained(folder, num_labels=2)
+  opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+
+  def torch_step(b):
+    out = model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
+                token_type_ids=torch.tensor(b["type_ids"]).long(), labels=torch.tensor(b["labels"]).long())
+    opt.zero_grad()
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+  sh, sr = histories[-score:], responses[-score:]
+  scorer = rerank.PairScorer(box["state"].host_model(), inputs)
+  st = StCrossEncoder(folder, num_labels=2, max_length=config.model.max_length, device="cpu")
+
+  def torch_score():
+    model.eval()
+    order = np.argsort([len(h) + len(r) for h, r in zip(sh, sr)], kind="stable")
+    with torch.no_grad():
+      for start in range(0, score, 64):
+        b = inputs([sh[i] for i in order[start:start + 64]], [sr[i] for i in order[start:start + 64]])
+        model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
+              token_type_ids=torch.tensor(b["type_ids"]).long())
+    model.train()
+
+  _compare("cross-encoder (MiniLM)", ours_step, torch_step, batches, steps,
+           lambda: scorer.margins(sh, sr, batch_size=64),
+           [("BertForSequenceClassification, same inputs", torch_score),
+            ("sentence-transformers CrossEncoder.predict",
+             lambda: st.predict(list(zip(sh, sr)), batch_size=64))], score)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--models", default="esim+cross")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--score", type=int, default=512)
+  args = parser.parse_args()
+  import torch  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(0)
+  print(f"{os.cpu_count()} CPUs, torch {torch.__version__} on {torch.get_num_threads()} threads, "
+        f"{args.steps} timed training steps, {args.score} pairs reranked")
+  print("| measurement | convfit_jax | PyTorch | ratio |")
+  print("|---|---|---|---|")
+  for name in args.models.split("+"):
+    {"esim": bench_esim, "cross": bench_cross}[name](torch, args.steps, args.score)
+  print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+  main()
