@@ -143,3 +143,17 @@ def test_labelled_pairs_reader_and_bad_input(tmp_path):
     bad = _write(tmp_path / "b.tsv", f"history\tresponse\tlabel\nok\tok\t1\n{body}\n")
     with pytest.raises(DataError, match=rf"b\.tsv:3: .*{message}"):
       conv.read_labelled_pairs(bad)
+
+
+def test_stage1_reads_the_rerankers_labelled_format(tmp_path):
+  f = _write(tmp_path / "u.tsv", "history\tresponse\tlabel\nhi __eou__ my wifi drops\ttry a cable\t1\n"
+             "hi __eou__ my wifi drops\tlol\t0\none turn\tok\t1\n")
+  rows = list(conv.read_conversations(f))
+  assert [(r.context, r.response) for r in rows] == [("my wifi drops", "try a cable"), ("one turn", "ok")]
+  assert rows[0].history == ("hi", "my wifi drops") and rows[1].history == ("one turn",)
+  bad = _write(tmp_path / "b.tsv", "history\tresponse\tlabel\nhi\tyo\tyes\n")
+  with pytest.raises(DataError, match=r"b\.tsv:2: label 'yes'"):
+    list(conv.read_conversations(bad))
+  empty = _write(tmp_path / "e.tsv", "response\nyo\n")
+  with pytest.raises(DataError, match=r"e\.tsv:2: empty context"):
+    list(conv.read_conversations(empty))

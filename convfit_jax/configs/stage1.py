@@ -3,6 +3,7 @@
   python -m convfit_jax.main --config=configs/stage1.py
   python -m convfit_jax.main --config=configs/stage1.py:runlocal   # a few-minute smoke run
   python -m convfit_jax.main --config=configs/stage1.py --config.train.max_steps=200
+  python -m convfit_jax.main --config=configs/stage1.py:dataset=ubuntu_irc   # the retriever of issue 13
 
 Defaults are the paper's settings (batch 256, 2 epochs, AdamW 2e-5 with 10% linear
 warm-up, weight decay 0.01, scale 20, max length 48) on the Schema-Guided Dialogue
@@ -21,10 +22,12 @@ from convfit_jax.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The Stage 1 config; `runlocal` shrinks it to a smoke run."""
-  a = common.parse_arg(arg, "configs/stage1.py", runlocal=False)
+  a = common.parse_arg(arg, "configs/stage1.py", dataset="sgd", runlocal=False)
+  if a.dataset not in ("sgd", "ubuntu_irc"):
+    raise ValueError(f"configs/stage1.py: dataset={a.dataset!r}; sgd or ubuntu_irc")
   c = ml_collections.ConfigDict()
   c.task = "stage1"
-  c.workdir = "workdirs/stage1"  # relative to the current directory
+  c.workdir = "workdirs/stage1" if a.dataset == "sgd" else f"workdirs/stage1_{a.dataset}"
   c.seed = 0
 
   c.model = common.model_config(name="dual_encoder")
@@ -35,7 +38,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.dropout = True  # as sentence-transformers trains
 
   c.data = ml_collections.ConfigDict()
-  c.data.train = "../shared/data/conversations/sgd/train.tsv"  # relative to the current directory
+  # Relative to the current directory. ubuntu_irc's is the rerankers' 1:1 file: its
+  # label-1 rows are the pairs (`data.conversations`).
+  conversations = f"../shared/data/conversations/{a.dataset}"
+  c.data.train = f"{conversations}/train.tsv"
   c.data.format = ""  # "" = by suffix; "tsv" | "jsonl" (Reddit JSON lines are jsonl)
   c.data.fraction = 1.0  # keep this seeded share of the pairs (data-size study)
   c.data.shuffle_buffer = 100_000  # >= the file size gives a uniform shuffle per epoch
@@ -53,7 +59,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.chunk_size = 32  # rows per grad-cache chunk; a multiple of the data-parallel size
 
   c.evals = ml_collections.ConfigDict()
-  c.evals.response_selection = common.response_selection_eval()
+  c.evals.response_selection = common.response_selection_eval(
+      file=f"{conversations}/test_rs100.jsonl")
+  if a.dataset == "ubuntu_irc":  # its 1-of-10 cases too, every metric named by its set
+    c.evals.response_selection.prefix = "ubuntu_irc_test_rs100_"
+    c.evals.test_rs10 = common.response_selection_eval(
+        file=f"{conversations}/test_rs10.jsonl", prefix="ubuntu_irc_test_rs10_")
   common.mesh_and_distributed(c)
 
   if a.runlocal:
@@ -64,7 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.max_steps = 20
     c.train.chunk_size = 16
     c.train.checkpoint_every = 10
-    c.evals.response_selection.num_cases = 100
-    c.evals.response_selection.every = 0
+    for e in c.evals.values():
+      e.num_cases, e.every = 100, 0
   c.lock()
   return c

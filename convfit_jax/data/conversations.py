@@ -4,7 +4,9 @@ Stage 1 readers stream: a file is read line by line, never whole, and shuffled
 through a seeded buffer, so files larger than memory work. Formats:
 
 - TSV with a header `context\tresponse[\thistory]`, no quoting (fields may hold
-  `"`); `history` is the previous turns joined by ` __eou__ `, oldest first.
+  `"`); `history` is the previous turns joined by ` __eou__ `, oldest first. Without a
+  `context` column the context is the history's last turn, and a `label` column keeps
+  only the rows labelled 1 (the rerankers' 1:1 format, e.g. ubuntu_irc's train.tsv).
 - JSONL with the same keys (history a string as above, or a list of strings).
 - PolyAI conversational-datasets Reddit JSON lines: `context`, `response`, and
   earlier turns `context/0` (the one before `context`), `context/1`, ...
@@ -56,10 +58,18 @@ def _history_from_string(history: str, context: str) -> tuple[str, ...]:
 
 
 def _iter_tsv(path: Path) -> Iterator[Conversation]:
-  for lineno, row in read_rows(path, ("context", "response"), optional=("history",), fmt="tsv"):
-    _check_pair(path, lineno, row["context"], row["response"])
-    yield Conversation(row["context"], row["response"],
-                       _history_from_string(row["history"], row["context"]))
+  rows = read_rows(path, ("response",), optional=("context", "history", "label"), fmt="tsv")
+  for lineno, row in rows:
+    if row["label"] not in ("", "1"):
+      if row["label"] != "0":
+        raise DataError(f"{path}:{lineno}: label {row['label']!r} is not 0 or 1")
+      continue  # a sampled wrong response: Stage 1's negatives are the batch's other responses
+    history = row["history"]
+    if not row["context"] and not history.strip():
+      raise DataError(f"{path}:{lineno}: empty context (no context column, or an empty history)")
+    context = row["context"] or history.split(EOU.strip())[-1].strip()
+    _check_pair(path, lineno, context, row["response"])
+    yield Conversation(context, row["response"], _history_from_string(history, context))
 
 
 def _iter_jsonl(path: Path) -> Iterator[Conversation]:

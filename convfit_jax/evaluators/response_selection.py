@@ -20,6 +20,13 @@ from convfit_jax.data.sampling import subsample_indices
 from convfit_jax.evaluators import metrics
 
 
+def summary_line(metrics: Mapping[str, Any]) -> str | None:
+  """"<set>r_at_1 before -> after; ..." for every R@1 (R10@1) in a run's metrics, or None."""
+  shown = [k for k in metrics if k.endswith(("r_at_1", "r10_at_1"))]
+  before = lambda k: f"{metrics[k + '_before']:.4f} -> " if k + "_before" in metrics else ""
+  return "; ".join(f"{k} {before(k)}{metrics[k]:.4f}" for k in shown) or None
+
+
 class BiEncoderScorer:
   """Scores by the dot product of unit vectors.
 

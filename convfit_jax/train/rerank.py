@@ -35,6 +35,7 @@ from convfit_jax import models, sharding
 from convfit_jax.models import PairInputs
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import EOU, ResponseSelectionSet, read_labelled_pairs
+from convfit_jax.evaluators import response_selection
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState
 
@@ -176,10 +177,7 @@ class Rerank:
     self.module.export(self.built, model, folder)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
-    shown = [k for k in metrics if k.endswith(("r10_at_1", "r_at_1"))
-             and not k.endswith("_before")]
-    before = lambda k: f"{metrics[k + '_before']:.4f} -> " if k + "_before" in metrics else ""
-    return "; ".join(f"{k} {before(k)}{metrics[k]:.4f}" for k in shown) or None
+    return response_selection.summary_line(metrics)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from convfit_jax import losses, models, sharding
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import read_conversations, shuffle_buffer
 from convfit_jax.encoder import Encoder
+from convfit_jax.evaluators import response_selection
 from convfit_jax.models import dual_encoder
 from convfit_jax.models.dual_encoder import DualEncoder
 from convfit_jax.train import grad_cache, trainer
@@ -199,11 +200,7 @@ class Stage1:
             hf_config=self.built.hf_config).save_pretrained(folder)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
-    if "r_at_1" not in metrics:
-      return None
-    return (f"response selection: R@1 before {metrics.get('r_at_1_before', float('nan')):.4f}, "
-            f"after {metrics['r_at_1']:.4f}; MRR before {metrics.get('mrr_before', float('nan')):.4f}, "
-            f"after {metrics['mrr']:.4f}")
+    return response_selection.summary_line(metrics)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
