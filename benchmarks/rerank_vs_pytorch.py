@@ -126,20 +126,16 @@ def _compare(name: str, ours_step, torch_step, batches, steps: int, ours_score, 
     print(f"| {label} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
 
 
-def bench_esim(torch, steps: int, score: int):
+def _ours(config, module, built, histories, responses, labels, *, batch_size: int, steps: int):
+  """Our side: the model's pair inputs, `steps` batches of them, and a training step (the
+  trainer's jitted step on the rerank loss) whose state lives in the returned box."""
   import jax  # pylint: disable=import-outside-toplevel
   from convfit_jax import sharding  # pylint: disable=import-outside-toplevel
-  from convfit_jax.configs import rerank_esim  # pylint: disable=import-outside-toplevel
-  from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank, trainer  # pylint: disable=import-outside-toplevel
-  config = rerank_esim.get_config()
-  config.model.vectors = ""  # speed does not depend on the initial vectors
-  histories, responses, labels = _pairs(16 * steps + score)
-  built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses)
-  inputs = esim.pair_inputs(built, config.model)
+  inputs = module.pair_inputs(built, config.model)
   batches = []
   for i in range(steps):
-    sl = slice(16 * i, 16 * (i + 1))
+    sl = slice(batch_size * i, batch_size * (i + 1))
     batches.append({**inputs(histories[sl], responses[sl]), "labels": labels[sl]})
   mesh = sharding.make_mesh(1)
   state, _ = trainer.init_state(config, built.model, 1000, mesh)
@@ -149,6 +145,20 @@ def bench_esim(torch, steps: int, score: int):
   def ours_step(b):
     box["state"], out = step_fn(box["state"], {k: jax.numpy.asarray(v) for k, v in b.items()})
     jax.block_until_ready(out["loss"])
+
+  return inputs, batches, ours_step, box
+
+
+def bench_esim(torch, steps: int, score: int):
+  from convfit_jax.configs import rerank_esim  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
+  config = rerank_esim.get_config()
+  config.model.vectors = ""  # speed does not depend on the initial vectors
+  histories, responses, labels = _pairs(16 * steps + score)
+  built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses)
+  inputs, batches, ours_step, box = _ours(config, esim, built, histories, responses, labels,
+                                          batch_size=16, steps=steps)
 
   model = _torch_esim(torch, built.model.config, np.asarray(built.model.embeddings[...]))
   opt = torch.optim.Adam(model.parameters(), lr=2e-4)
@@ -178,29 +188,17 @@ def bench_esim(torch, steps: int, score: int):
 
 
 def bench_cross(torch, steps: int, score: int):
-  import jax  # pylint: disable=import-outside-toplevel
   from sentence_transformers import CrossEncoder as StCrossEncoder  # pylint: disable=import-outside-toplevel
   from transformers import BertForSequenceClassification  # pylint: disable=import-outside-toplevel
-  from convfit_jax import hf_io, sharding  # pylint: disable=import-outside-toplevel
+  from convfit_jax import hf_io  # pylint: disable=import-outside-toplevel
   from convfit_jax.configs import rerank_cross  # pylint: disable=import-outside-toplevel
   from convfit_jax.models import cross_encoder  # pylint: disable=import-outside-toplevel
-  from convfit_jax.train import rerank, trainer  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_cross.get_config()
   histories, responses, labels = _pairs(32 * steps + score)
   built = cross_encoder.build(config.model, seed=0, train_texts=lambda: ())
-  inputs = cross_encoder.pair_inputs(built, config.model)
-  batches = []
-  for i in range(steps):
-    sl = slice(32 * i, 32 * (i + 1))
-    batches.append({**inputs(histories[sl], responses[sl]), "labels": labels[sl]})
-  mesh = sharding.make_mesh(1)
-  state, _ = trainer.init_state(config, built.model, 1000, mesh)
-  step_fn = trainer.make_train_step(lambda s, b: trainer.value_and_grad(rerank.loss_fn, s, b), mesh)
-  box = {"state": state}
-
-  def ours_step(b):
-    box["state"], out = step_fn(box["state"], {k: jax.numpy.asarray(v) for k, v in b.items()})
-    jax.block_until_ready(out["loss"])
+  inputs, batches, ours_step, box = _ours(config, cross_encoder, built, histories, responses,
+                                          labels, batch_size=32, steps=steps)
 
   folder = str(hf_io.resolve(config.model.init_from))
   model = BertForSequenceClassification.from_pretrained(folder, num_labels=2)

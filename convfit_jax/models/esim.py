@@ -15,16 +15,13 @@ Word embeddings start from a vectors file (GloVe) or at random, fine-tuned or fr
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 
-from convfit_jax.models import Built, word_models
+from convfit_jax.models import word_models
 from convfit_jax.models.lstm import BiLSTM
 from convfit_jax.models.transformer import dropout
 
@@ -104,17 +101,4 @@ class Esim(nnx.Module):
     return self.out(dropout(h, self.config.dropout, k2))
 
 
-def build(m: ml_collections.ConfigDict, *, seed: int,
-          train_texts: Callable[[], Iterable[str]]) -> Built:
-  """ESIM as a `model` config block says (`word_models.build`)."""
-  return word_models.build(Esim, m, seed=seed, train_texts=train_texts)
-
-
-def load(folder: str | os.PathLike, m: ml_collections.ConfigDict | None = None) -> Built:
-  """What `export` wrote (the sizes are in the folder; `m` is not needed)."""
-  del m
-  return word_models.load(Esim, folder)
-
-
-pair_inputs = word_models.pair_inputs
-export = word_models.save
+build, load, pair_inputs, export = word_models.reranker_functions(Esim)

@@ -3,7 +3,8 @@ vocabulary and embeddings, how they read (history, response) pairs, saving and l
 
 A model class here is an `nnx.Module` built as `cls(config, rngs=..., embeddings=...)`
 from a frozen dataclass `cls.Config` whose fields are `vocab_size` and the names of
-its `model` config block (embed_dim, hidden, ...).
+its `model` config block (embed_dim, hidden, ...); `reranker_functions(cls)` gives its
+module what `train.rerank` calls.
 """
 
 from __future__ import annotations
@@ -88,3 +89,17 @@ def load(cls, folder: str | os.PathLike) -> Built:
     model = sentence.build_with_params(lambda: cls(config, rngs=nnx.Rngs(0)), dict(arrays),
                                        source=str(folder / "weights.npz"))
   return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))
+
+
+def reranker_functions(cls):
+  """(build, load, pair_inputs, export) of `cls`, as a reranker's model module exposes them
+  (`train.rerank`; `load` needs no model block: the sizes are in the folder)."""
+  def build_cls(m: ml_collections.ConfigDict, *, seed: int,
+                train_texts: Callable[[], Iterable[str]]) -> Built:
+    return build(cls, m, seed=seed, train_texts=train_texts)
+
+  def load_cls(folder: str | os.PathLike, m: ml_collections.ConfigDict | None = None) -> Built:
+    del m
+    return load(cls, folder)
+
+  return build_cls, load_cls, pair_inputs, save
