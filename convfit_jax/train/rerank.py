@@ -1,6 +1,7 @@
-"""Rerankers: models that read a context and a candidate response together (cross-attention).
+"""Rerankers: pair classifiers that say whether a response answers a multi-turn context.
 
-ESIM (`models.esim`) and the cross-encoder (`models.cross_encoder`) train the same way,
+ESIM (`models.esim`, cross-attention), the sentence-encoding baseline
+(`models.sentence_lstm`) and the cross-encoder (`models.cross_encoder`) train the same way,
 on Lowe et al.'s 1:1 labelled pairs (`conversations.read_labelled_pairs`: a context's
 true response labelled 1, a random one 0) with 2-way cross-entropy, and rank a case's
 candidates by their match logit margin. A reranker's model module gives, besides `build`:
@@ -32,12 +33,13 @@ import numpy as np
 from flax import nnx
 
 from convfit_jax import models, sharding
-from convfit_jax.models import PairInputs
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import EOU, ResponseSelectionSet, read_labelled_pairs
 from convfit_jax.evaluators import response_selection
+from convfit_jax.models import PairInputs
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState
+
 
 def loss_fn(model: nnx.Module, batch: Mapping[str, jax.Array], dropout_key: jax.Array | None
             ) -> jax.Array:
