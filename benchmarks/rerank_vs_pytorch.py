@@ -4,6 +4,7 @@ reranking candidates/s, as a ratio.
 Run by hand from the repository root (idle machine; nothing else running):
 
   python benchmarks/rerank_vs_pytorch.py [--models esim+cross] [--steps 10] [--score 512]
+      [--dtype float32|bfloat16]
 
 Inputs are ubuntu_irc training pairs (../shared/data; random word pairs where it is absent),
 tokenised once by our pipeline; both frameworks get the same arrays.
@@ -187,7 +188,7 @@ def bench_esim(torch, steps: int, score: int):
            lambda: scorer.margins(sh, sr, batch_size=64), [("PyTorch ESIM", torch_score)], score)
 
 
-def bench_cross(torch, steps: int, score: int):
+def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
   from sentence_transformers import CrossEncoder as StCrossEncoder  # pylint: disable=import-outside-toplevel
   from transformers import BertForSequenceClassification  # pylint: disable=import-outside-toplevel
   from convfit_jax import hf_io  # pylint: disable=import-outside-toplevel
@@ -195,6 +196,7 @@ def bench_cross(torch, steps: int, score: int):
   from convfit_jax.models import cross_encoder  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_cross.get_config()
+  config.model.dtype = dtype
   histories, responses, labels = _pairs(32 * steps + score)
   built = cross_encoder.build(config.model, seed=0, train_texts=lambda: ())
   inputs, batches, ours_step, box = _ours(config, cross_encoder, built, histories, responses,
@@ -226,7 +228,7 @@ def bench_cross(torch, steps: int, score: int):
               token_type_ids=torch.tensor(b["type_ids"]).long())
     model.train()
 
-  _compare("cross-encoder (MiniLM)", ours_step, torch_step, batches, steps,
+  _compare(f"cross-encoder (MiniLM, ours in {dtype})", ours_step, torch_step, batches, steps,
            lambda: scorer.margins(sh, sr, batch_size=64),
            [("BertForSequenceClassification, same inputs", torch_score),
             ("sentence-transformers CrossEncoder.predict",
@@ -238,6 +240,7 @@ def main():
   parser.add_argument("--models", default="esim+cross")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--score", type=int, default=512)
+  parser.add_argument("--dtype", default="float32", help="our cross-encoder's compute dtype")
   args = parser.parse_args()
   import torch  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
@@ -246,7 +249,10 @@ def main():
   print("| measurement | convfit_jax | PyTorch | ratio |")
   print("|---|---|---|---|")
   for name in args.models.split("+"):
-    {"esim": bench_esim, "cross": bench_cross}[name](torch, args.steps, args.score)
+    if name == "esim":
+      bench_esim(torch, args.steps, args.score)
+    else:
+      bench_cross(torch, args.steps, args.score, args.dtype)
   print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
