@@ -292,8 +292,8 @@ def load(name_or_path: str | os.PathLike) -> PretrainedFolder:
   hf_config = _read_json(config_path)
   config = TransformerConfig.from_hf_dict(hf_config, source=str(config_path))
   weights = _read_weights(model_dir)
-  pooler = {_normalise_name(k): v for k, v in weights.items()
-            if _normalise_name(k) in ("pooler.dense.weight", "pooler.dense.bias")}
+  pooler = {name: v for name, v in ((_normalise_name(k), v) for k, v in weights.items())
+            if name in ("pooler.dense.weight", "pooler.dense.bias")}
   return PretrainedFolder(config=config, hf_config=hf_config,
                     transformer=hf_to_ours(weights, config, source=str(model_dir)),
                     pooling=pooling, normalize=normalize, projection=projection,

@@ -107,3 +107,10 @@ def test_tsne_png(tmp_path):
   assert img.shape[0] > 400 and img.shape[1] > 400
   # Coloured points, not a blank canvas: many distinct colours.
   assert len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) > 50
+
+
+def test_ranks_count_ties_against_the_answer_and_a_miss_scores_nothing():
+  scores = np.array([[0.9, 0.5, 0.5], [0.1, 0.2, 0.3]])
+  np.testing.assert_array_equal(metrics.ranks(scores, np.array([1, 2])), [3, 1])
+  m = metrics.rank_metrics(np.array([1, 3, np.inf]), (1, 10))
+  assert m == {"r_at_1": 1 / 3, "r_at_10": 2 / 3, "mrr": pytest.approx((1 + 1 / 3) / 3)}

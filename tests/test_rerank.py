@@ -149,10 +149,3 @@ def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
   assert m["num_queries"] == 6 and m["retrieval_r_at_1"] <= m["retrieval_r_at_5"]
   # The reranker reorders the top 5 only: it finds no answer the retriever left out.
   assert m["rerank_r_at_10"] == m["retrieval_r_at_5"] and m["rerank_r_at_1"] <= m["retrieval_r_at_5"]
-
-
-def test_pool_ranks_count_ties_against_the_answer():
-  scores = np.array([[0.9, 0.5, 0.5], [0.1, 0.2, 0.3]])
-  np.testing.assert_array_equal(retrieve_rerank.pool_ranks(scores, np.array([1, 2])), [3, 1])
-  m = retrieve_rerank.rank_metrics(np.array([1, 3, np.inf]), "x_", (1, 10))
-  assert m == {"x_r_at_1": 1 / 3, "x_r_at_10": 2 / 3, "x_mrr": pytest.approx((1 + 1 / 3) / 3)}

@@ -238,6 +238,12 @@ class LabelledPairs:
   def __len__(self) -> int:
     return len(self.histories)
 
+  def subset(self, indices: np.ndarray) -> LabelledPairs:
+    """The rows at `indices` ([m] int), in that order."""
+    pick = lambda xs: tuple(xs[i] for i in indices)
+    return LabelledPairs(pick(self.histories), pick(self.responses),
+                         self.labels[np.asarray(indices, np.int64)])
+
 
 def read_labelled_pairs(path: str | os.PathLike) -> LabelledPairs:
   """Reads a TSV with header `history\tresponse\tlabel` (Lowe et al.'s 1:1 training

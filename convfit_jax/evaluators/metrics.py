@@ -62,7 +62,7 @@ def silhouette(encodings, labels) -> float:
                                 metric="cosine"))
 
 
-def _ranks(scores, true_index) -> np.ndarray:
+def ranks(scores, true_index) -> np.ndarray:
   """1-based rank of the true candidate per row; candidates scoring the same as the true
   one rank ahead of it, so a constant scorer gets no credit."""
   scores = np.asarray(scores)
@@ -79,12 +79,20 @@ def recall_at_k(scores, true_index, k: int) -> float:
     scores: [n, c] float, e.g. c = 100 candidates per context.
     true_index: [n] int, the column of the true response.
   """
-  return float(np.mean(_ranks(scores, true_index) <= k))
+  return float(np.mean(ranks(scores, true_index) <= k))
 
 
 def mrr(scores, true_index) -> float:
   """Mean reciprocal rank of the true candidate: [n, c] x [n] -> float."""
-  return float(np.mean(1.0 / _ranks(scores, true_index)))
+  return float(np.mean(1.0 / ranks(scores, true_index)))
+
+
+def rank_metrics(ranks_, cuts, name: str = "r_at") -> dict[str, float]:
+  """{"<name>_<k>": R@k for each cut, "mrr": ...} of [n] 1-based ranks (np.inf: not found)."""
+  ranks_ = np.asarray(ranks_)
+  out = {f"{name}_{k}": float(np.mean(ranks_ <= k)) for k in cuts}
+  out["mrr"] = float(np.mean(1.0 / ranks_))
+  return out
 
 
 def response_selection_metrics(scores, true_index) -> dict[str, float]:
@@ -94,12 +102,11 @@ def response_selection_metrics(scores, true_index) -> dict[str, float]:
   Otherwise (1-of-100, DSTC7's form): r_at_1, r_at_10, r_at_50, mrr and dstc7, DSTC7's
   ranking figure avg(R@10, MRR).
   """
-  ranks = _ranks(scores, true_index)
+  r = ranks(scores, true_index)
   if np.shape(scores)[1] == 10:
-    out = {f"r10_at_{k}": float(np.mean(ranks <= k)) for k in (1, 2, 5)}
+    out = rank_metrics(r, (1, 2, 5), name="r10_at")
   else:
-    out = {f"r_at_{k}": float(np.mean(ranks <= k)) for k in (1, 10, 50)}
-  out["mrr"] = float(np.mean(1.0 / ranks))
+    out = rank_metrics(r, (1, 10, 50))
   if "r_at_10" in out:
     out["dstc7"] = (out["r_at_10"] + out["mrr"]) / 2
   return out

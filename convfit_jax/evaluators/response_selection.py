@@ -27,6 +27,13 @@ def summary_line(metrics: Mapping[str, Any]) -> str | None:
   return "; ".join(f"{k} {before(k)}{metrics[k]:.4f}" for k in shown) or None
 
 
+def distinct_candidates(cases: ResponseSelectionSet) -> tuple[list[str], np.ndarray]:
+  """(the distinct candidate texts of `cases`, sorted; [n, c] int their index per case)."""
+  texts = sorted({t for cands in cases.candidates for t in cands})
+  index = {t: i for i, t in enumerate(texts)}
+  return texts, np.asarray([[index[t] for t in cands] for cands in cases.candidates])
+
+
 class BiEncoderScorer:
   """Scores by the dot product of unit vectors.
 
@@ -43,9 +50,7 @@ class BiEncoderScorer:
   def score(self, cases: ResponseSelectionSet, *, batch_size: int = 32) -> np.ndarray:
     """[n, c] cosine similarities of each case's context and candidates; each distinct
     candidate text is encoded once."""
-    texts = sorted({t for cands in cases.candidates for t in cands})
-    index = {t: i for i, t in enumerate(texts)}
-    rows = np.asarray([[index[t] for t in cands] for cands in cases.candidates])
+    texts, rows = distinct_candidates(cases)
     return np.einsum("nd,ncd->nc", self.contexts(list(cases.contexts), batch_size),
                      self.responses(texts, batch_size)[rows])
 
@@ -60,13 +65,11 @@ class TfidfScorer:
     del batch_size
     from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=import-outside-toplevel
     histories = [" ".join(h) for h in cases.histories]
-    texts = sorted({t for cands in cases.candidates for t in cands})
-    index = {t: i for i, t in enumerate(texts)}
+    texts, rows = distinct_candidates(cases)
     vectorizer = TfidfVectorizer().fit(histories + texts)
     queries, responses = vectorizer.transform(histories), vectorizer.transform(texts)
-    c = len(cases.candidates[0])
-    rows = np.asarray([index[t] for cands in cases.candidates for t in cands])
-    pairs = queries[np.repeat(np.arange(len(cases)), c)].multiply(responses[rows])
+    c = rows.shape[1]
+    pairs = queries[np.repeat(np.arange(len(cases)), c)].multiply(responses[rows.reshape(-1)])
     return np.asarray(pairs.sum(axis=1), np.float32).reshape(len(cases), c)
 
 

@@ -25,23 +25,14 @@ from convfit_jax import models
 from convfit_jax.data.conversations import EOU, read_response_selection
 from convfit_jax.data.sampling import subsample_indices
 from convfit_jax.encoder import Encoder
-from convfit_jax.evaluators import knn
+from convfit_jax.evaluators.metrics import rank_metrics, ranks
+from convfit_jax.evaluators.response_selection import distinct_candidates
 from convfit_jax.train.rerank import PairScorer, load_reranker
 from convfit_jax.train.workdir import Workdir, summary
 
 
-def pool_ranks(scores: np.ndarray, answer: np.ndarray) -> np.ndarray:
-  """[n] int ranks (1 = first) of each row's `answer` column in [n, m] `scores`; a tie
-  ranks the answer last."""
-  truth = scores[np.arange(len(scores)), answer][:, None]
-  return np.sum(scores >= truth, axis=1)
-
-
-def rank_metrics(ranks: np.ndarray, prefix: str, cuts: tuple[int, ...]) -> dict[str, float]:
-  """R@k for each cut and MRR of [n] ranks (np.inf = missed)."""
-  out = {f"{prefix}r_at_{k}": float(np.mean(ranks <= k)) for k in cuts}
-  out[f"{prefix}mrr"] = float(np.mean(1.0 / ranks))
-  return out
+def _prefixed(prefix: str, values: dict[str, float]) -> dict[str, float]:
+  return {f"{prefix}{k}": v for k, v in values.items()}
 
 
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -54,10 +45,10 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     if not path.is_file():
       raise FileNotFoundError(f"data.file: {path.absolute()} does not exist")
     all_cases = read_response_selection(path)
-    pool = sorted({t for cands in all_cases.candidates for t in cands})
-    index = {t: i for i, t in enumerate(pool)}
-    cases = all_cases.subset(subsample_indices(len(all_cases), config.data.num_queries, config.seed))
-    answer = np.asarray([index[c[label]] for c, label in zip(cases.candidates, cases.labels)])
+    pool, rows = distinct_candidates(all_cases)
+    chosen = subsample_indices(len(all_cases), config.data.num_queries, config.seed)
+    cases = all_cases.subset(chosen)
+    answer = rows[chosen, cases.labels]
     histories = [EOU.join(h) for h in cases.histories]
     if r.query not in ("context", "history"):
       raise ValueError(f"retrieve.query={r.query!r}: context or history")
@@ -69,11 +60,10 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     encoder = Encoder(built.model, built.tokenizer, max_length=config.retriever.max_length,
                       hf_config=built.hf_config)
     enc = lambda texts: encoder.encode(texts, batch_size=r.batch_size, normalize=True)
-    query_x, pool_x = enc(queries), enc(pool)
-    cuts = (1, 10, r.k)
+    scores = enc(queries) @ enc(pool).T  # [queries, pool]; unit rows: cosines
     metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k}
-    metrics.update(rank_metrics(pool_ranks(query_x @ pool_x.T, answer), "retrieval_", cuts))
-    _, top = knn.search(query_x, pool_x, k=r.k)
+    metrics.update(_prefixed("retrieval_", rank_metrics(ranks(scores, answer), (1, 10, r.k))))
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :r.k]  # best first, ties by lower index
     logging.info("retrieval over %d responses: %s", len(pool), metrics)
 
     if config.reranker:
@@ -85,8 +75,8 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
       inside = top == answer[:, None]
       found = inside.any(axis=1)
       truth = np.where(found, margins[np.arange(len(cases)), inside.argmax(axis=1)], np.inf)
-      ranks = np.where(found, np.sum(margins >= truth[:, None], axis=1), np.inf)
-      metrics.update(rank_metrics(ranks, "rerank_", (1, 10)))
+      reranked = np.where(found, np.sum(margins >= truth[:, None], axis=1), np.inf)
+      metrics.update(_prefixed("rerank_", rank_metrics(reranked, (1, 10))))
     metrics = workdir.update_metrics(metrics)
     line = (f"retrieval over {len(pool)} responses: R@1 {metrics['retrieval_r_at_1']:.4f}, "
             f"R@{r.k} {metrics[f'retrieval_r_at_{r.k}']:.4f}")

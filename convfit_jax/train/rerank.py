@@ -35,6 +35,7 @@ from flax import nnx
 from convfit_jax import models, sharding
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import EOU, ResponseSelectionSet, read_labelled_pairs
+from convfit_jax.data.sampling import subsample_indices
 from convfit_jax.evaluators import response_selection
 from convfit_jax.models import PairInputs
 from convfit_jax.train import trainer
@@ -119,13 +120,8 @@ class Rerank:
     if not path.is_file():
       raise FileNotFoundError(f"data.train: {path.absolute()} does not exist "
                               "(relative paths are read from the current directory)")
-    self.pairs = read_labelled_pairs(path)
-    if d.max_rows:
-      keep = np.sort(np.random.Generator(np.random.PCG64(config.seed)).permutation(
-          len(self.pairs))[:d.max_rows])
-      self.pairs = type(self.pairs)(tuple(self.pairs.histories[i] for i in keep),
-                                    tuple(self.pairs.responses[i] for i in keep),
-                                    self.pairs.labels[keep])
+    pairs = read_labelled_pairs(path)
+    self.pairs = pairs.subset(subsample_indices(len(pairs), d.max_rows, config.seed))
     batching.check_divisible(t.batch_size, mesh.shape[sharding.DATA])
     self.per_epoch = len(self.pairs) // t.batch_size
     if self.per_epoch == 0:
