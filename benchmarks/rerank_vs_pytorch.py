@@ -4,7 +4,7 @@ reranking candidates/s, as a ratio.
 Run by hand from the repository root (idle machine; nothing else running):
 
   python benchmarks/rerank_vs_pytorch.py [--models esim+cross] [--steps 10] [--score 512]
-      [--dtype float32|bfloat16]
+      [--dtype float32|bfloat16]   (our compute dtype; PyTorch's is float32)
 
 Inputs are ubuntu_irc training pairs (../shared/data; random word pairs where it is absent),
 tokenised once by our pipeline; both frameworks get the same arrays.
@@ -150,12 +150,13 @@ def _ours(config, module, built, histories, responses, labels, *, batch_size: in
   return inputs, batches, ours_step, box
 
 
-def bench_esim(torch, steps: int, score: int):
+def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
   from convfit_jax.configs import rerank_esim  # pylint: disable=import-outside-toplevel
   from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_esim.get_config()
   config.model.vectors = ""  # speed does not depend on the initial vectors
+  config.model.dtype = dtype
   histories, responses, labels = _pairs(16 * steps + score)
   built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses)
   inputs, batches, ours_step, box = _ours(config, esim, built, histories, responses, labels,
@@ -184,7 +185,7 @@ def bench_esim(torch, steps: int, score: int):
         model(**tensors(inputs([sh[i] for i in idx], [sr[i] for i in idx])))
     model.train()
 
-  _compare("ESIM", ours_step, torch_step, batches, steps,
+  _compare(f"ESIM (ours in {dtype})", ours_step, torch_step, batches, steps,
            lambda: scorer.margins(sh, sr, batch_size=64), [("PyTorch ESIM", torch_score)], score)
 
 
@@ -240,7 +241,7 @@ def main():
   parser.add_argument("--models", default="esim+cross")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--score", type=int, default=512)
-  parser.add_argument("--dtype", default="float32", help="our cross-encoder's compute dtype")
+  parser.add_argument("--dtype", default="float32", help="our models' compute dtype (PyTorch stays float32)")
   args = parser.parse_args()
   import torch  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
@@ -250,7 +251,7 @@ def main():
   print("|---|---|---|---|")
   for name in args.models.split("+"):
     if name == "esim":
-      bench_esim(torch, args.steps, args.score)
+      bench_esim(torch, args.steps, args.score, args.dtype)
     else:
       bench_cross(torch, args.steps, args.score, args.dtype)
   print(f"load average {os.getloadavg()[0]:.2f} at the end")

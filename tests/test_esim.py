@@ -1,6 +1,9 @@
 """ESIM's layers against direct references: the LSTM against torch.nn.LSTM, alignment,
 matching and pooling against NumPy loops; its inputs (words, truncation) and save/load."""
 
+import dataclasses
+
+import jax
 import numpy as np
 import pytest
 import jax.numpy as jnp
@@ -135,3 +138,18 @@ def test_self_attention_pooling_matches_a_loop():
     s = np.tanh(hk @ w1) @ w2  # [L, heads]
     a = np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0)
     np.testing.assert_allclose(got[k], (a.T @ hk).reshape(-1), atol=1e-5)
+
+
+def test_bfloat16_products_keep_the_float32_parameters_and_stay_close():
+  model, vocab = _tiny()
+  config = dataclasses.replace(model.config, dtype="bfloat16")
+  low = nnx.merge(nnx.graphdef(esim.Esim(config, rngs=nnx.Rngs(1))), nnx.state(model))
+  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nnx.state(low, nnx.Param)))
+  c, cl = words.encode(["how do i mount a drive __eou__ use sudo mount", "hi"], vocab,
+                       max_length=64, keep="end")
+  r, rl = words.encode(["try the forum", "sudo mount it"], vocab, max_length=64, keep="start")
+  args = (jnp.asarray(c), jnp.asarray(cl), jnp.asarray(r), jnp.asarray(rl))
+  want, got = np.asarray(model(*args)), np.asarray(low(*args))
+  assert got.dtype == np.float32
+  assert not np.array_equal(got, want)  # the products did run in bfloat16
+  np.testing.assert_allclose(got, want, atol=2e-2)

@@ -61,17 +61,17 @@ def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_p
   _write_data(tmp_path)
   c = _config(esim_config, "runlocal", tmp_path, **{
       "model.vectors": "", "model.embed_dim": 16, "model.hidden": 16, "model.min_count": 1,
-      "train.batch_size": 16, "train.epochs": 30, "train.max_steps": 480,
-      "train.learning_rate": 1e-2, "train.checkpoint_every": 120, "train.log_every": 40})
+      "train.batch_size": 16, "train.epochs": 40, "train.max_steps": 640,
+      "train.learning_rate": 1e-2, "train.checkpoint_every": 160, "train.log_every": 40})
   m = rerank.train_and_evaluate(c)
   assert m["num_pairs"] == 256 and m["steps_per_epoch"] == 16
   assert set(m) >= {"syn_r10_at_1", "syn_r10_at_2", "syn_r10_at_5", "syn_mrr", "syn_r10_at_1_before"}
   assert m["syn_r10_at_1"] >= 0.9 > m["syn_r10_at_1_before"]
   run = tmp_path / "run"
   first = dict(np.load(run / "model" / "weights.npz"))
-  # As if killed after the step-360 checkpoint: no export, no later checkpoint.
+  # As if killed after the step-480 checkpoint: no export, no later checkpoint.
   shutil.rmtree(run / "model")
-  shutil.rmtree(run / "checkpoints" / "480")
+  shutil.rmtree(run / "checkpoints" / "640")
   rerank.train_and_evaluate(c)
   again = dict(np.load(run / "model" / "weights.npz"))
   assert first.keys() == again.keys()

@@ -65,6 +65,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.max_vocab = 0  # and at most this many ids (0 = no limit)
   c.model.hidden = 300  # BiLSTMs, the local-matching projection and the MLP
   c.model.dropout = 0.0  # on the MLP's input and hidden layer
+  # Products in "bfloat16" (float32 accumulation and states): faster on AMX CPUs, GPUs, TPUs.
+  c.model.dtype = "float32"
   c.model.max_context = 400  # words, the context's last ones (turns joined by __eou__)
   c.model.max_response = 150  # words, the response's first ones
   if a.model == "sentence_lstm":

@@ -36,6 +36,9 @@ class EsimConfig:
   hidden: int = 300
   dropout: float = 0.0  # on the MLP's input and hidden layer during training
   freeze_embeddings: bool = False
+  # Compute dtype of the matrix products: "bfloat16" multiplies in bfloat16 and
+  # accumulates in float32 (states, softmax and pooling stay float32); parameters are float32.
+  dtype: str = "float32"
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
@@ -74,10 +77,13 @@ class Esim(nnx.Module):
     self.config = c
     self.embeddings = word_models.embedding_table(c.vocab_size, c.embed_dim, rngs=rngs,
                                                   frozen=c.freeze_embeddings, embeddings=embeddings)
-    self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs)
-    self.projection = nnx.Linear(8 * c.hidden, c.hidden, rngs=rngs)
-    self.composition = BiLSTM(c.hidden, c.hidden, rngs=rngs)
-    self.hidden = nnx.Linear(8 * c.hidden, c.hidden, rngs=rngs)
+    dt = jnp.dtype(c.dtype)
+    linear = lambda d_in, d_out: nnx.Linear(d_in, d_out, dtype=dt, preferred_element_type=jnp.float32,
+                                            rngs=rngs)
+    self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs, dtype=dt)
+    self.projection = linear(8 * c.hidden, c.hidden)
+    self.composition = BiLSTM(c.hidden, c.hidden, rngs=rngs, dtype=dt)
+    self.hidden = linear(8 * c.hidden, c.hidden)
     self.out = nnx.Linear(c.hidden, 2, rngs=rngs)
 
   def __call__(self, context_ids: jax.Array, context_lengths: jax.Array, response_ids: jax.Array,

@@ -1,11 +1,16 @@
 """A bidirectional LSTM over padded batches, with `torch.nn.LSTM`'s gates and weights.
 
-Both directions run in one `jax.lax.scan`: the backward direction reads each sequence
-reversed within its own length (as PyTorch's packed sequences do), stacked with the
-forward one on a leading direction axis, so each time step is one batched
-[2, batch, hidden] x [2, hidden, 4 hidden] product. The input projection of every step
-is one product before the recurrence. Padding follows the valid tokens, so neither
-direction sees it; outputs at padded positions are zero.
+Both directions run in one `jax.lax.scan` over time-major inputs, so each time step is
+one batched [2, batch, hidden] x [2, hidden, 4 hidden] product. The backward direction
+reads the whole padded sequence reversed (a flip, not a per-row gather, which cost XLA
+more than the recurrence itself); its rows then meet their padding first, and a step
+on padding keeps the carry unchanged, so each row's backward state starts at its own
+last word, as PyTorch's packed sequences do. The input projection of every step is one
+product before the recurrence. Outputs at padded positions are zero.
+
+In a bfloat16 compute dtype the products take bfloat16 inputs and accumulate in float32;
+gates, cell and hidden states stay float32 (on CPUs with AMX the recurrent product runs
+3.4 times faster: 180 against 616 us a step at batch 64, hidden 300, one core).
 """
 
 from __future__ import annotations
@@ -15,12 +20,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 
-def reverse_within_length(x: jax.Array, lengths: jax.Array) -> jax.Array:
-  """[batch, time, ...] with each row's first `lengths` steps reversed, padding in place
-  (an involution: applying it twice gives `x`)."""
-  steps = jnp.arange(x.shape[1])[None, :]
-  order = jnp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
-  return jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)
+def _sigmoid(x: jax.Array) -> jax.Array:
+  # The same function through tanh: XLA's CPU logistic (an exp and a division) made the
+  # gates' elementwise work of a step 1.2 times slower (442 against 363 us at batch 64,
+  # hidden 300, one core).
+  return 0.5 * jnp.tanh(0.5 * x) + 0.5
 
 
 class BiLSTM(nnx.Module):
@@ -31,31 +35,40 @@ class BiLSTM(nnx.Module):
   PyTorch's weight_ih / weight_hh transposed, `bias` [2, 4 hidden] its b_ih + b_hh.
   """
 
-  def __init__(self, d_in: int, hidden: int, *, rngs: nnx.Rngs):
+  def __init__(self, d_in: int, hidden: int, *, rngs: nnx.Rngs, dtype=jnp.float32):
     # PyTorch's initialisation: every weight and both biases U(-1/sqrt(hidden), 1/sqrt(hidden)).
     bound = hidden ** -0.5
     uniform = lambda shape: jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound)
     self.hidden = hidden
+    self.dtype = dtype
     self.w_ih = nnx.Param(uniform((2, d_in, 4 * hidden)))
     self.w_hh = nnx.Param(uniform((2, hidden, 4 * hidden)))
     self.bias = nnx.Param(uniform((2, 4 * hidden)) + uniform((2, 4 * hidden)))
 
   def __call__(self, x: jax.Array, lengths: jax.Array) -> jax.Array:
     """[batch, time, d_in] float32 inputs, [batch] int32 lengths -> [batch, time, 2 hidden]."""
-    both = jnp.stack([x, reverse_within_length(x, lengths)])
-    gates_x = jnp.einsum("kbtd,kdg->tkbg", both, self.w_ih[...]) + self.bias[...][:, None, :]
-    w_hh = self.w_hh[...]
+    dt = self.dtype
+    w_ih, w_hh, bias = self.w_ih[...].astype(dt), self.w_hh[...].astype(dt), self.bias[...]
+    x = jnp.swapaxes(x, 0, 1).astype(dt)  # [time, batch, d_in]
+    valid = jnp.arange(x.shape[0])[:, None] < lengths[None, :]  # [time, batch]
+    project = lambda seq, w: jnp.einsum("tbd,dg->tbg", seq, w, preferred_element_type=jnp.float32)
+    forward_x = project(x, w_ih[0]) + bias[0]
+    backward_x = project(x[::-1], w_ih[1]) + bias[1]
 
-    def step(carry, gx):
+    def step(carry, inputs):
       h, c = carry
-      i, f, g, o = jnp.split(gx + jnp.einsum("kbh,khg->kbg", h, w_hh), 4, axis=-1)
-      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-      h = jax.nn.sigmoid(o) * jnp.tanh(c)
-      return (h, c), h
+      gx_f, gx_b, valid_f, valid_b = inputs
+      gates = jnp.stack([gx_f, gx_b]) + jnp.einsum("kbh,khg->kbg", h.astype(dt), w_hh,
+                                                   preferred_element_type=jnp.float32)
+      i, f, g, o = jnp.split(gates, 4, axis=-1)
+      c_new = _sigmoid(f) * c + _sigmoid(i) * jnp.tanh(g)
+      h_new = _sigmoid(o) * jnp.tanh(c_new)
+      keep = jnp.stack([valid_f, valid_b])[..., None]
+      h, c = jnp.where(keep, h_new, h), jnp.where(keep, c_new, c)
+      return (h, c), (h[0], h[1])
 
-    zeros = jnp.zeros((2, x.shape[0], self.hidden), x.dtype)
-    _, out = jax.lax.scan(step, (zeros, zeros), gates_x)  # [time, 2, batch, hidden]
-    forward = jnp.swapaxes(out[:, 0], 0, 1)
-    backward = reverse_within_length(jnp.swapaxes(out[:, 1], 0, 1), lengths)
-    valid = jnp.arange(x.shape[1])[None, :, None] < lengths[:, None, None]
-    return jnp.where(valid, jnp.concatenate([forward, backward], axis=-1), 0.0)
+    zeros = jnp.zeros((2, x.shape[1], self.hidden), jnp.float32)
+    _, (forward, backward) = jax.lax.scan(step, (zeros, zeros),
+                                          (forward_x, backward_x, valid, valid[::-1]))
+    out = jnp.concatenate([forward, backward[::-1]], axis=-1)  # [time, batch, 2 hidden]
+    return jnp.swapaxes(jnp.where(valid[..., None], out, 0.0), 0, 1)

@@ -35,6 +35,7 @@ class SentenceLstmConfig:
   attention_dim: int = 300  # W_1's width
   dropout: float = 0.0  # on the MLP's input and hidden layers during training
   freeze_embeddings: bool = False
+  dtype: str = "float32"  # the BiLSTM's product dtype, as `EsimConfig.dtype`
 
 
 class SentenceLstm(nnx.Module):
@@ -47,7 +48,7 @@ class SentenceLstm(nnx.Module):
     self.config = c
     self.embeddings = word_models.embedding_table(c.vocab_size, c.embed_dim, rngs=rngs,
                                                   frozen=c.freeze_embeddings, embeddings=embeddings)
-    self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs)
+    self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs, dtype=jnp.dtype(c.dtype))
     self.attention_in = nnx.Linear(2 * c.hidden, c.attention_dim, use_bias=False, rngs=rngs)
     self.attention_out = nnx.Linear(c.attention_dim, c.heads, use_bias=False, rngs=rngs)
     width = c.heads * 2 * c.hidden
