@@ -7,13 +7,14 @@ import shutil
 import numpy as np
 import pytest
 
+from configs import evaluate as evaluate_config
 from configs import rerank_cross as cross_config
 from configs import rerank_esim as esim_config
 from configs import retrieve_rerank as retrieve_config
 from convfit_jax import sharding
 from convfit_jax.data.conversations import read_response_selection
 from convfit_jax.evaluators.metrics import response_selection_metrics as metrics_of
-from convfit_jax.tasks import retrieve_rerank
+from convfit_jax.tasks import evaluate, retrieve_rerank
 from convfit_jax.train import rerank
 
 TOPICS = ("wifi", "printer", "sound", "mount", "kernel", "grub", "python", "apache", "nvidia",
@@ -77,6 +78,19 @@ def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_p
   assert first.keys() == again.keys()
   for k in first:
     np.testing.assert_allclose(again[k], first[k], atol=1e-6, err_msg=k)
+
+  # The finished run scores cases again through the evaluate task, also in bfloat16.
+  e = evaluate_config.get_config(f"responses,init_from={run},workdir={tmp_path / 'eval'}")
+  with e.unlocked():
+    for name in ("ubuntu_irc_test_rs100", "sgd_test_rs100"):
+      del e.evals[name]
+  e.evals.ubuntu_irc_test_rs10.file = str(tmp_path / "rs10.jsonl")
+  e.evals.ubuntu_irc_test_rs10.prefix = "syn_"
+  assert evaluate.run(e)["syn_mrr"] == pytest.approx(m["syn_mrr"], abs=1e-6)
+  assert rerank.load_reranker(run, dtype="bfloat16")[0].config.dtype == "bfloat16"
+  e.model.dtype = "bfloat16"
+  e.workdir = str(tmp_path / "eval_bf16")
+  assert evaluate.run(e)["syn_mrr"] == pytest.approx(m["syn_mrr"], abs=0.05)
 
 
 def test_sentence_lstm_trains_exports_and_reloads(tmp_path):

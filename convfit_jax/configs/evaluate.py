@@ -9,7 +9,8 @@ Arguments: dataset, shots, seed, init_from (a folder, hub id, or a Stage 1/2 wor
 workdir, and the flag `oos` (clinc150 out-of-scope detection by a threshold chosen
 on val), and the flag `responses`: response selection on ubuntu_irc (test 1-of-10 and
 1-of-100) and SGD (test 1-of-100) instead of intents (`init_from=tfidf`: the TF-IDF
-baseline there). `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
+baseline there; `init_from=` a finished rerank run's workdir: that reranker, in
+`--config.model.dtype`). `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
 searches a larger pool: the paper's inference-time augmentation.
 """
 

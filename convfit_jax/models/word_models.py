@@ -81,10 +81,12 @@ def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
                                        for path, var in nnx.to_flat_state(nnx.state(model))})
 
 
-def load(cls, folder: str | os.PathLike) -> Built:
-  """The `cls` model and vocabulary `save` wrote."""
+def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
+  """The `cls` model and vocabulary `save` wrote; `dtype` replaces the saved compute dtype."""
   folder = Path(folder)
   config = cls.Config(**json.loads((folder / "word_model.json").read_text()))
+  if dtype:
+    config = dataclasses.replace(config, dtype=dtype)
   with np.load(folder / "weights.npz") as arrays:
     model = sentence.build_with_params(lambda: cls(config, rngs=nnx.Rngs(0)), dict(arrays),
                                        source=str(folder / "weights.npz"))
@@ -93,13 +95,12 @@ def load(cls, folder: str | os.PathLike) -> Built:
 
 def reranker_functions(cls):
   """(build, load, pair_inputs, export) of `cls`, as a reranker's model module exposes them
-  (`train.rerank`; `load` needs no model block: the sizes are in the folder)."""
+  (`train.rerank`; `load` reads the sizes from the folder, only the dtype from the block)."""
   def build_cls(m: ml_collections.ConfigDict, *, seed: int,
                 train_texts: Callable[[], Iterable[str]]) -> Built:
     return build(cls, m, seed=seed, train_texts=train_texts)
 
   def load_cls(folder: str | os.PathLike, m: ml_collections.ConfigDict | None = None) -> Built:
-    del m
-    return load(cls, folder)
+    return load(cls, folder, dtype=None if m is None else m.get("dtype"))
 
   return build_cls, load_cls, pair_inputs, save

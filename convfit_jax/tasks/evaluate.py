@@ -2,7 +2,9 @@
 
 The encoder is read as a text encoder (k-NN intent detection) and as a dual encoder
 (response selection: contexts and candidates encoded alike, ranked by cosine);
-`model.init_from="tfidf"` is the TF-IDF baseline of response selection instead.
+`model.init_from="tfidf"` is the TF-IDF baseline of response selection instead, and a
+finished rerank run's workdir (`configs/rerank_*.py`) scores response-selection cases
+with that reranker, in `model.dtype`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from absl import logging
 from convfit_jax import evaluators, models
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators.response_selection import BiEncoderScorer, TfidfScorer
+from convfit_jax.train import rerank
 from convfit_jax.train.workdir import Workdir, summary
 
 
@@ -25,6 +28,9 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     workdir.write_config(config)
     if config.model.init_from == "tfidf":
       predictors = {"response_scorer": TfidfScorer()}
+    elif rerank.is_rerank_run(config.model.init_from):
+      model, inputs = rerank.load_reranker(config.model.init_from, dtype=config.model.dtype)
+      predictors = {"response_scorer": rerank.PairScorer(model, inputs)}
     else:
       built = models.get(config.model.name).build(config.model, seed=config.seed)
       encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,

@@ -97,14 +97,26 @@ class PairScorer:
     return self.margins(histories, responses, batch_size=batch_size).reshape(len(cases), c)
 
 
-def load_reranker(workdir: str | os.PathLike) -> tuple[nnx.Module, PairInputs]:
-  """The model a finished rerank run exported (`workdir/model`) and how it reads pairs,
-  as that run's config.json describes them."""
+def is_rerank_run(workdir: str | os.PathLike) -> bool:
+  """Whether `workdir` holds a finished rerank run (config.json of task "rerank", model/)."""
   workdir = Path(workdir)
   config_path = workdir / "config.json"
-  if not (config_path.is_file() and (workdir / "model").is_dir()):
-    raise FileNotFoundError(f"{workdir}: not a finished rerank run (no config.json and model/)")
-  m = ml_collections.ConfigDict(json.loads(config_path.read_text())["model"])
+  return (config_path.is_file() and (workdir / "model").is_dir()
+          and json.loads(config_path.read_text()).get("task") == "rerank")
+
+
+def load_reranker(workdir: str | os.PathLike, *, dtype: str | None = None
+                  ) -> tuple[nnx.Module, PairInputs]:
+  """The model a finished rerank run exported (`workdir/model`) and how it reads pairs,
+  as that run's config.json describes them; `dtype` replaces the compute dtype it was
+  trained in (e.g. "bfloat16" to score faster; parameters stay float32)."""
+  workdir = Path(workdir)
+  if not is_rerank_run(workdir):
+    raise FileNotFoundError(f"{workdir}: not a finished rerank run (no config.json of task "
+                            "rerank and model/)")
+  m = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text())["model"])
+  if dtype:
+    m.dtype = dtype
   module = models.get(m.name)
   built = module.load(workdir / "model", m)
   return built.model, module.pair_inputs(built, m)
