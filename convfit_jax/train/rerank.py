@@ -77,10 +77,11 @@ class PairScorer:
               ) -> np.ndarray:
     """[n] float32 match margins, log p(match) - log p(no match), of aligned pairs.
 
-    Pairs go through in order of length, so a chunk pads to its own longest; every chunk
-    has `batch_size` rows, so a run compiles one shape per padded width.
+    Pairs go through in order of history length, then response length, so a chunk pads
+    to its own longest; every chunk has `batch_size` rows, so a run compiles one shape per
+    padded width.
     """
-    order = np.argsort([len(h) + len(r) for h, r in zip(histories, responses)], kind="stable")
+    order = np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
     out = np.empty(len(order), np.float32)
     for start in range(0, len(order), batch_size):
       idx = order[start:start + batch_size]
