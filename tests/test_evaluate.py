@@ -53,6 +53,14 @@ def test_unknown_dataset_lists_the_known_ones():
     intent.for_evaluation(c.data)
 
 
+def test_response_sets_choose_the_evaluations_by_name():
+  c = evaluate_config.get_config("responses,response_sets=sgd_test_rs100+ubuntu_irc_test_rs10")
+  assert sorted(c.evals) == ["sgd_test_rs100", "ubuntu_irc_test_rs10"]
+  assert c.evals.sgd_test_rs100.file.endswith("sgd/test_rs100.jsonl")
+  with pytest.raises(ValueError, match="sgd_test_rs100"):
+    evaluate_config.get_config("responses,response_sets=sgd_test_rs10")
+
+
 def test_a_stage_workdir_is_a_starting_point(tiny_bert_dir, tmp_path):
   """`init_from` a Stage 1/2 workdir takes its exported model/ folder (lm+s1 and lm+s1+s2 rows)."""
   import shutil

@@ -10,8 +10,9 @@ workdir, and the flag `oos` (clinc150 out-of-scope detection by a threshold chos
 on val), and the flag `responses`: response selection on ubuntu_irc (test 1-of-10 and
 1-of-100) and SGD (test 1-of-100) instead of intents (`init_from=tfidf`: the TF-IDF
 baseline there; `init_from=` a finished rerank run's workdir: that reranker, in
-`--config.model.dtype`). `--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but
-searches a larger pool: the paper's inference-time augmentation.
+`--config.model.dtype`; `response_sets=sgd_test_rs100` for fewer sets, '+'-separated).
+`--config.data.pool_shots=30` (or 0 for all) keeps training at `shots` but searches a
+larger pool: the paper's inference-time augmentation.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ import ml_collections
 from convfit_jax.configs import common
 
 
+# `responses`: the response-selection sets, by name (files under ../shared/data/conversations).
+RESPONSE_SETS = {"ubuntu_irc_test_rs10": "ubuntu_irc/test_rs10.jsonl",
+                 "ubuntu_irc_test_rs100": "ubuntu_irc/test_rs100.jsonl",
+                 "sgd_test_rs100": "sgd/test_rs100.jsonl"}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, "configs/evaluate.py", dataset="banking77", shots=10, seed=0,
-                       init_from=common.MINILM, workdir="", oos=False, responses=False)
+                       init_from=common.MINILM, workdir="", oos=False, responses=False,
+                       response_sets=tuple(RESPONSE_SETS))
   c = ml_collections.ConfigDict()
   c.task = "evaluate"
   c.workdir = a.workdir or f"workdirs/evaluate/{a.dataset}_{a.shots or 'full'}shot_seed{a.seed}"
@@ -33,12 +41,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.evals = ml_collections.ConfigDict()
   if a.responses:
     c.workdir = a.workdir or "workdirs/evaluate/responses"
-    conversations = "../shared/data/conversations"
-    for name, file in (("ubuntu_irc_test_rs10", "ubuntu_irc/test_rs10.jsonl"),
-                       ("ubuntu_irc_test_rs100", "ubuntu_irc/test_rs100.jsonl"),
-                       ("sgd_test_rs100", "sgd/test_rs100.jsonl")):
-      c.evals[name] = common.response_selection_eval(file=f"{conversations}/{file}",
-                                                     prefix=f"{name}_")
+    unknown = set(a.response_sets) - set(RESPONSE_SETS)
+    if unknown:
+      raise ValueError(f"configs/evaluate.py: response_sets {sorted(unknown)}; known: "
+                       f"{'+'.join(RESPONSE_SETS)}")
+    for name in a.response_sets:
+      c.evals[name] = common.response_selection_eval(
+          file=f"../shared/data/conversations/{RESPONSE_SETS[name]}", prefix=f"{name}_")
   else:
     c.evals.knn = common.intent_knn_eval(oos=a.oos)
   return c
