@@ -163,3 +163,14 @@ def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
   assert m["num_queries"] == 6 and m["retrieval_r_at_1"] <= m["retrieval_r_at_5"]
   # The reranker reorders the top 5 only: it finds no answer the retriever left out.
   assert m["rerank_r_at_10"] == m["retrieval_r_at_5"] and m["rerank_r_at_1"] <= m["retrieval_r_at_5"]
+
+
+def test_a_querys_own_turns_leave_its_pool_unless_one_is_the_answer():
+  pool = ["hi", "mount it", "reboot", "thanks"]
+  scores = np.ones((2, 4), np.float32)
+  histories = (("hi", "mount it"), ("thanks", "reboot", "not in the pool"))
+  # Query 1's answer repeats one of its turns: it stays.
+  mean = retrieve_rerank.exclude_own_turns(scores, pool, histories, np.array([2, 3]))
+  assert mean == 1.5
+  np.testing.assert_array_equal(scores, [[-np.inf, -np.inf, 1, 1], [1, 1, -np.inf, 1]])
+

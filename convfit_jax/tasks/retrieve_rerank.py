@@ -7,6 +7,13 @@ reorders only the first `retrieve.k`. The pool is every distinct candidate of a
 response-selection file (ubuntu_irc's test cases: the test responses); each case's query
 is its context (or its whole history, `retrieve.query`) and its answer the true candidate.
 
+The pool is the file's responses and its cases come from the same conversations, so a
+query's own earlier turns are mostly in it (3,709 of ubuntu_irc's 4,058 test cases), its
+context above all, and a dual encoder ranks a copy of the query first. A turn of the
+history is not the response that follows it, so each query's own turns are taken out of
+its pool (`own_turns_excluded`: how many per query, mean), except a true response that
+repeats one of them.
+
 Metrics over the whole pool (ties rank the true response last): retrieval_r_at_1/10,
 retrieval_mrr, retrieval_r_at_k (the share of answers inside the cut: the reranker's
 ceiling) and rerank_r_at_1/10, rerank_mrr (an answer outside the cut counts as missed).
@@ -35,6 +42,23 @@ def _prefixed(prefix: str, values: dict[str, float]) -> dict[str, float]:
   return {f"{prefix}{k}": v for k, v in values.items()}
 
 
+def exclude_own_turns(scores: np.ndarray, pool: list[str], histories, answer: np.ndarray) -> float:
+  """Sets scores[i, j] to -inf where pool text j is a turn of history i and not its
+  answer (module docstring); returns the mean count per query.
+
+  Args:
+    scores: [queries, pool] float32, changed in place.
+    pool: the pool's texts; histories: each query's turns; answer: [queries] pool indices.
+  """
+  index = {t: j for j, t in enumerate(pool)}
+  excluded = 0
+  for i, turns in enumerate(histories):
+    for j in {index[t] for t in turns if t in index} - {int(answer[i])}:
+      scores[i, j] = -np.inf
+      excluded += 1
+  return excluded / max(len(histories), 1)
+
+
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Retrieves, reranks and writes workdir/metrics.json as the module docstring says."""
   workdir = Workdir(config.workdir)
@@ -61,7 +85,8 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
                       hf_config=built.hf_config)
     enc = lambda texts: encoder.encode(texts, batch_size=r.batch_size, normalize=True)
     scores = enc(queries) @ enc(pool).T  # [queries, pool]; unit rows: cosines
-    metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k}
+    metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k,
+               "own_turns_excluded": exclude_own_turns(scores, pool, cases.histories, answer)}
     metrics.update(_prefixed("retrieval_", rank_metrics(ranks(scores, answer), (1, 10, r.k))))
     top = np.argsort(-scores, axis=1, kind="stable")[:, :r.k]  # best first, ties by lower index
     logging.info("retrieval over %d responses: %s", len(pool), metrics)
