@@ -1,4 +1,4 @@
-"""ESIM's layers against direct references: the LSTM against torch.nn.LSTM, alignment,
+"""ESIM's layers against direct references: the LSTM (outputs and gradients) against torch.nn.LSTM, alignment,
 matching and pooling against NumPy loops; its inputs (words, truncation) and save/load."""
 
 import dataclasses
@@ -16,7 +16,7 @@ from convfit_jax.models.word_models import FrozenEmbedding
 from convfit_jax.models.lstm import BiLSTM
 
 
-def test_bilstm_matches_torch_on_a_padded_batch():
+def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
   torch = pytest.importorskip("torch")
   rng = np.random.default_rng(0)
   n, t, d, h = 4, 7, 5, 6
@@ -39,6 +39,26 @@ def test_bilstm_matches_torch_on_a_padded_batch():
   x_padded = np.where(np.arange(t)[None, :, None] < lengths[:, None, None], x, 9.0)
   got = ours(jnp.asarray(x_padded), jnp.asarray(lengths))
   np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=1e-5)
+
+  # Gradients of a weighted sum of the valid outputs: inputs and both directions' weights.
+  w = rng.normal(size=(n, t, 2 * h)).astype(np.float32)
+  w *= np.arange(t)[None, :, None] < lengths[:, None, None]
+  tx = torch.tensor(x, requires_grad=True)
+  packed = torch.nn.utils.rnn.pack_padded_sequence(tx, torch.tensor(lengths), batch_first=True,
+                                                   enforce_sorted=False)
+  out, _ = torch.nn.utils.rnn.pad_packed_sequence(ref(packed)[0], batch_first=True, total_length=t)
+  (out * torch.tensor(w)).sum().backward()
+  graphdef, state = nnx.split(ours)
+  loss = lambda s, v: jnp.sum(nnx.merge(graphdef, s)(v, jnp.asarray(lengths)) * w)
+  d_state, d_x = jax.grad(loss, argnums=(0, 1))(state, jnp.asarray(x))
+  valid = (np.arange(t)[None, :] < lengths[:, None])[..., None]
+  np.testing.assert_allclose(np.asarray(d_x) * valid, tx.grad.numpy() * valid, atol=1e-5)
+  for k, suffix in enumerate(("", "_reverse")):
+    for name in ("ih", "hh"):
+      np.testing.assert_allclose(np.asarray(d_state[f"w_{name}"][...][k]).T,
+                                 getattr(ref, f"weight_{name}_l0{suffix}").grad.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(d_state["bias"][...][k]),
+                               getattr(ref, f"bias_ih_l0{suffix}").grad.numpy(), atol=1e-5)
 
 
 def test_soft_alignment_matching_and_pooling_match_loops():
