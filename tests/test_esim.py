@@ -1,5 +1,6 @@
-"""ESIM's layers against direct references: the LSTM (outputs and gradients) against torch.nn.LSTM, alignment,
-matching and pooling against NumPy loops; its inputs (words, truncation) and save/load."""
+"""ESIM's layers against direct references: the LSTM (outputs and gradients) against
+torch.nn.LSTM, alignment, matching and pooling against NumPy loops; its inputs (words,
+truncation) and save/load."""
 
 import dataclasses
 
