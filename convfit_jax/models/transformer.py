@@ -225,8 +225,8 @@ class SelfAttention(nnx.Module):
     c = self.config
     b, s, _ = x.shape
     # Head-major [batch, heads, seq, head_dim] before the products: XLA's CPU code for
-    # the same einsums on [batch, seq, heads, head_dim] took 1.4 times as long for the
-    # whole attention (MiniLM, 64 x 128 tokens).
+    # the same einsums on [batch, seq, heads, head_dim] was markedly slower (the
+    # cross-encoder's reranking ratio to PyTorch in docs/benchmarks.md moved with it).
     heads = lambda t: t.reshape(b, s, c.num_attention_heads, c.head_dim).transpose(0, 2, 1, 3)
     q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
     # Scores and softmax in float32: bf16 logits lose the small differences that

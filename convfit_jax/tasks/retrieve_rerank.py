@@ -8,8 +8,8 @@ response-selection file (ubuntu_irc's test cases: the test responses); each case
 is its context (or its whole history, `retrieve.query`) and its answer the true candidate.
 
 The pool is the file's responses and its cases come from the same conversations, so a
-query's own earlier turns are mostly in it (3,709 of ubuntu_irc's 4,058 test cases), its
-context above all, and a dual encoder ranks a copy of the query first. A turn of the
+query's own earlier turns are mostly in it (ubuntu_irc's test cases), its context above
+all, and a dual encoder ranks a copy of the query first. A turn of the
 history is not the response that follows it, so each query's own turns are taken out of
 its pool (`own_turns_excluded`: how many per query, mean), except a true response that
 repeats one of them.
