@@ -241,7 +241,8 @@ def main():
   parser.add_argument("--models", default="esim+cross")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--score", type=int, default=512)
-  parser.add_argument("--dtype", default="float32", help="our models' compute dtype (PyTorch stays float32)")
+  parser.add_argument("--dtype", default="float32",
+                      help="our models' compute dtype (PyTorch stays float32)")
   args = parser.parse_args()
   import torch  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
@@ -250,10 +251,7 @@ def main():
   print("| measurement | convfit_jax | PyTorch | ratio |")
   print("|---|---|---|---|")
   for name in args.models.split("+"):
-    if name == "esim":
-      bench_esim(torch, args.steps, args.score, args.dtype)
-    else:
-      bench_cross(torch, args.steps, args.score, args.dtype)
+    {"esim": bench_esim, "cross": bench_cross}[name](torch, args.steps, args.score, args.dtype)
   print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -79,8 +79,8 @@ def build(m: ml_collections.ConfigDict, *, seed: int,
 
 def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
   """(histories, responses) -> {"ids", "mask", "type_ids"} [n, L] int32, L a
-  `words.padded_length` up to `m.max_length`; responses cut to `m.max_response` tokens from the
-  right, contexts to what is left of `m.max_length` from the left."""
+  `words.padded_length` up to `m.max_length`; responses cut to `m.max_response` tokens
+  from the right, contexts to what is left of `m.max_length` from the left."""
   backend = copy.deepcopy(built.tokenizer.backend_tokenizer)
   backend.no_padding()
   backend.no_truncation()

@@ -78,8 +78,8 @@ class Esim(nnx.Module):
     self.embeddings = word_models.embedding_table(c.vocab_size, c.embed_dim, rngs=rngs,
                                                   frozen=c.freeze_embeddings, embeddings=embeddings)
     dt = jnp.dtype(c.dtype)
-    linear = lambda d_in, d_out: nnx.Linear(d_in, d_out, dtype=dt, preferred_element_type=jnp.float32,
-                                            rngs=rngs)
+    linear = lambda d_in, d_out: nnx.Linear(d_in, d_out, dtype=dt,
+                                            preferred_element_type=jnp.float32, rngs=rngs)
     self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs, dtype=dt)
     self.projection = linear(8 * c.hidden, c.hidden)
     self.composition = BiLSTM(c.hidden, c.hidden, rngs=rngs, dtype=dt)

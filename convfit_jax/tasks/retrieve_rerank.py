@@ -9,10 +9,10 @@ is its context (or its whole history, `retrieve.query`) and its answer the true 
 
 The pool is the file's responses and its cases come from the same conversations, so a
 query's own earlier turns are mostly in it (ubuntu_irc's test cases), its context above
-all, and a dual encoder ranks a copy of the query first. A turn of the
-history is not the response that follows it, so each query's own turns are taken out of
-its pool (`own_turns_excluded`: how many per query, mean), except a true response that
-repeats one of them.
+all, and a dual encoder ranks a copy of the query first. A turn of the history is not
+the response that follows it, so each query's own turns are taken out of its pool
+(`own_turns_excluded`: how many per query, mean), except a true response that repeats
+one of them.
 
 Metrics over the whole pool (ties rank the true response last): retrieval_r_at_1/10,
 retrieval_mrr, retrieval_r_at_k (the share of answers inside the cut: the reranker's

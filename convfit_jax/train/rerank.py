@@ -98,12 +98,18 @@ class PairScorer:
     return self.margins(histories, responses, batch_size=batch_size).reshape(len(cases), c)
 
 
+def _finished_run_config(workdir: Path) -> dict[str, Any] | None:
+  """The config.json of a finished rerank run in `workdir` (task "rerank", model/), or None."""
+  config_path = workdir / "config.json"
+  if not (config_path.is_file() and (workdir / "model").is_dir()):
+    return None
+  config = json.loads(config_path.read_text())
+  return config if config.get("task") == "rerank" else None
+
+
 def is_rerank_run(workdir: str | os.PathLike) -> bool:
   """Whether `workdir` holds a finished rerank run (config.json of task "rerank", model/)."""
-  workdir = Path(workdir)
-  config_path = workdir / "config.json"
-  return (config_path.is_file() and (workdir / "model").is_dir()
-          and json.loads(config_path.read_text()).get("task") == "rerank")
+  return _finished_run_config(Path(workdir)) is not None
 
 
 def load_reranker(workdir: str | os.PathLike, *, dtype: str | None = None
@@ -112,10 +118,11 @@ def load_reranker(workdir: str | os.PathLike, *, dtype: str | None = None
   as that run's config.json describes them; `dtype` replaces the compute dtype it was
   trained in (e.g. "bfloat16" to score faster; parameters stay float32)."""
   workdir = Path(workdir)
-  if not is_rerank_run(workdir):
+  config = _finished_run_config(workdir)
+  if config is None:
     raise FileNotFoundError(f"{workdir}: not a finished rerank run (no config.json of task "
                             "rerank and model/)")
-  m = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text())["model"])
+  m = ml_collections.ConfigDict(config["model"])
   if dtype:
     m.dtype = dtype
   module = models.get(m.name)
