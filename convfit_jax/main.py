@@ -28,6 +28,7 @@ _TRACEBACK = flags.DEFINE_bool("traceback", False, "On an error, show the full t
 TASKS = {
     "encode": "convfit_jax.tasks.encode:run",
     "evaluate": "convfit_jax.tasks.evaluate:run",
+    "input_response": "convfit_jax.train.input_response:train_and_evaluate",
     "protocol": "convfit_jax.tasks.protocol:run",
     "rerank": "convfit_jax.train.rerank:train_and_evaluate",
     "retrieve_rerank": "convfit_jax.tasks.retrieve_rerank:run",

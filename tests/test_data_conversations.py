@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from convfit_jax.data import conversations as conv
+from convfit_jax.data import sentence_pairs
 from convfit_jax.data.readers import DataError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -114,20 +115,12 @@ def test_response_selection_bad_input(tmp_path):
     conv.read_response_selection(count)
 
 
-def test_sts_reader(tmp_path):
-  sts = conv.read_sts(FIXTURES / "sts.tsv")
-  assert sts.scores.tolist() == [5.0, 0.5] and sts.sentence1[0] == 'A man is "dancing".'
-  bad = _write(tmp_path / "s.tsv", "score\tsentence1\tsentence2\nhigh\ta\tb\n")
-  with pytest.raises(DataError, match=r"s\.tsv:2: score 'high' is not a number"):
-    conv.read_sts(bad)
-
-
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is absent")
 def test_shared_sgd_and_stsb():
   rs = conv.read_response_selection(SHARED / "conversations" / "sgd" / "test_rs100.jsonl")
   assert len(rs) == 2000 and {len(c) for c in rs.candidates} == {100}
   assert all(h[-1] == c for h, c in zip(rs.histories, rs.contexts))
-  stsb = conv.read_sts(SHARED / "sts" / "stsb" / "test.tsv")
+  stsb = sentence_pairs.read_sts(SHARED / "sts" / "stsb" / "test.tsv")
   assert len(stsb) == 1379 and 0.0 <= stsb.scores.min() and stsb.scores.max() <= 5.0
   test = list(conv.read_conversations(SHARED / "conversations" / "sgd" / "test.tsv"))
   assert len(test) == 10025

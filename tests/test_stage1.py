@@ -111,7 +111,7 @@ def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
   def local_loss(p, b):
     def per_shard(b):
       model = nnx.merge(graphdef, p)
-      side = lambda name: dict(ids=b[f"{name}_ids"], mask=b[f"{name}_mask"],
+      side = lambda name: dict(input_ids=b[f"{name}_ids"], attention_mask=b[f"{name}_mask"],
                                position_ids=b[f"{name}_positions"],
                                slots=b[f"{name}_slots"].at[:, 0].set(b[f"{name}_slots"][:, 0] % rows))
       c = model.encode_contexts(**side("context"))
@@ -159,7 +159,7 @@ def test_grad_cache_sharded_with_response_tower_and_ff():
   model = DualEncoder(base, response=nnx.clone(base),
                              response_ff=ResponseFeedForward(32, 16, rngs=nnx.Rngs(1)))
   # Give the zero-initialised FF output a non-zero kernel so its gradient path is exercised.
-  model.response_ff.down.kernel[...] = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (16, 32))
+  model.response_ff.blocks[0].down.kernel[...] = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (16, 32))
   graphdef, params = _split(model)
   cfg = stage1.LossConfig(chunk_size=8, data_shards=8)
   batch, key, mesh = _packed(_hard_negative_batch(2), cfg), jax.random.PRNGKey(0), sharding.make_mesh()
@@ -171,7 +171,7 @@ def test_grad_cache_sharded_with_response_tower_and_ff():
   np.testing.assert_allclose(float(cached_loss), float(plain_loss), rtol=1e-5, atol=1e-5)
   _assert_trees_close(cached, plain)
   assert float(jnp.max(jnp.abs(cached["response"]["transformer"]["layers"][0]["output"]["kernel"]))) > 0
-  assert float(jnp.max(jnp.abs(cached["response_ff"]["up"]["kernel"]))) > 0
+  assert float(jnp.max(jnp.abs(cached["response_ff"]["blocks"][0]["up"]["kernel"]))) > 0
 
 
 def test_identical_responses_are_masked_as_false_negatives():

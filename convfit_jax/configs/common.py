@@ -8,6 +8,11 @@ import ml_collections
 
 from convfit_jax.hf_io import MINILM
 
+# The shared data's STS and NLI folders, relative to the current directory (the repository root).
+STSB_DIR = "../shared/data/sts/stsb"
+SICK_DIR = "../shared/data/nli/sick"
+SNLI_DIR = "../shared/data/nli/snli"
+
 # The paper's epochs per few-shot setting (0 = full data).
 EPOCHS_BY_SHOTS = {10: 10, 30: 5, 0: 2}
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -122,6 +127,36 @@ def response_selection_eval(**overrides: Any) -> ml_collections.ConfigDict:
   e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
   e.update(overrides)
   return e
+
+
+def sts_eval(**overrides: Any) -> ml_collections.ConfigDict:
+  """Settings of `evaluators/sts.py` (its files: the run's `data.sts_dir`, `data.sick_dir`)."""
+  e = _evaluator("sts", every=0, predictor="text")
+  e.batch_size = 32  # packed rows per encoder call (`Encoder.encode`)
+  e.adapt = True  # also train the linear transformation on STS-B train (selected on dev)
+  e.adapt_epochs = 20
+  e.adapt_batch_size = 64
+  e.adapt_learning_rate = 1e-4
+  e.update(overrides)
+  return e
+
+
+def nli_eval(**overrides: Any) -> ml_collections.ConfigDict:
+  """Settings of `evaluators/nli.py`: accuracy of the task's NLI classifier on one file."""
+  e = _evaluator("nli", every=0, predictor="nli")
+  e.file = f"{SICK_DIR}/test.tsv"  # TSV label, sentence1 (premise), sentence2
+  e.prefix = ""  # before the metric name, e.g. "snli_test_"
+  e.max_pairs = 0  # > 0: a seeded sample of this many pairs
+  e.batch_size = 32
+  e.before = False  # the classifier starts untrained
+  e.update(overrides)
+  return e
+
+
+def sts_data(c: ml_collections.ConfigDict) -> None:
+  """Adds the STS evaluator's files to `c.data`."""
+  c.data.sts_dir = STSB_DIR  # STS-B train.tsv, dev.tsv, test.tsv
+  c.data.sick_dir = SICK_DIR  # SICK test.tsv for SICK-R; "" leaves it out
 
 
 def mesh_and_distributed(c: ml_collections.ConfigDict) -> None:

@@ -35,6 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.response_tower = False  # a separate (initially identical) response encoder
   c.model.response_ff = False  # residual feed-forward layer on the response side only
   c.model.response_ff_hidden = 0  # its hidden width; 0 = 4 * dim
+  c.model.response_ff_depth = 1  # its residual blocks
   c.model.dropout = True  # as sentence-transformers trains
 
   c.data = ml_collections.ConfigDict()

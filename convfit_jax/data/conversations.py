@@ -12,8 +12,8 @@ through a seeded buffer, so files larger than memory work. Formats:
   earlier turns `context/0` (the one before `context`), `context/1`, ...
 
 Also here: response-selection cases (JSONL: context, optional history, a list of
-candidates, the index of the true one), rerankers' labelled pairs (TSV history,
-response, label) and STS pairs (TSV score, sentence1, sentence2).
+candidates, the index of the true one) and rerankers' labelled pairs (TSV history,
+response, label). STS and NLI pairs are in `data.sentence_pairs`.
 """
 
 from __future__ import annotations
@@ -268,33 +268,3 @@ def read_labelled_pairs(path: str | os.PathLike) -> LabelledPairs:
   if not histories:
     raise DataError(f"{path}: no rows")
   return LabelledPairs(tuple(histories), tuple(responses), np.asarray(labels, np.int32))
-
-
-@dataclasses.dataclass(frozen=True)
-class StsSet:
-  """STS pairs: `scores` [n] float32 (0-5 for STS-B) and the two sentence lists."""
-  scores: np.ndarray
-  sentence1: tuple[str, ...]
-  sentence2: tuple[str, ...]
-
-  def __len__(self) -> int:
-    return len(self.sentence1)
-
-
-def read_sts(path: str | os.PathLike) -> StsSet:
-  """Reads a TSV with header `score\tsentence1\tsentence2` (no quoting)."""
-  path = Path(path)
-  scores, s1, s2 = [], [], []
-  for lineno, row in read_rows(path, ("score", "sentence1", "sentence2"), fmt="tsv"):
-    try:
-      score = float(row["score"])
-    except ValueError:
-      raise DataError(f"{path}:{lineno}: score {row['score']!r} is not a number") from None
-    if not row["sentence1"].strip() or not row["sentence2"].strip():
-      raise DataError(f"{path}:{lineno}: empty sentence")
-    scores.append(score)
-    s1.append(row["sentence1"])
-    s2.append(row["sentence2"])
-  if not scores:
-    raise DataError(f"{path}: no rows")
-  return StsSet(np.asarray(scores, np.float32), tuple(s1), tuple(s2))

@@ -1,5 +1,5 @@
-"""Evaluation metrics: intent detection (accuracy, macro-F1, confusions, Silhouette) and
-response selection (R@k, MRR).
+"""Evaluation metrics: intent detection (accuracy, macro-F1, confusions, Silhouette),
+response selection (R@k, MRR) and semantic similarity (Pearson r, Spearman rho).
 
 Inputs are host arrays (NumPy or anything `np.asarray` takes); outputs are Python floats.
 """
@@ -99,14 +99,42 @@ def response_selection_metrics(scores, true_index) -> dict[str, float]:
   """Recall at the cuts the field reports for a [n, c] score matrix, and MRR.
 
   1-of-10 cases (the Ubuntu corpus's form): r10_at_1, r10_at_2, r10_at_5, mrr.
-  Otherwise (1-of-100, DSTC7's form): r_at_1, r_at_10, r_at_50, mrr and dstc7, DSTC7's
-  ranking figure avg(R@10, MRR).
+  Otherwise (1-of-100, DSTC7's form): r_at_1, r_at_3, r_at_10, r_at_50 (Yang et al.'s
+  P@1/3/10 are the first three), mrr and dstc7, DSTC7's ranking figure avg(R@10, MRR).
   """
   r = ranks(scores, true_index)
   if np.shape(scores)[1] == 10:
     out = rank_metrics(r, (1, 2, 5), name="r10_at")
   else:
-    out = rank_metrics(r, (1, 10, 50))
+    out = rank_metrics(r, (1, 3, 10, 50))
   if "r_at_10" in out:
     out["dstc7"] = (out["r_at_10"] + out["mrr"]) / 2
   return out
+
+
+def pearson(x, y) -> float:
+  """Pearson's r of two [n] arrays (float64 sums); NaN when either is constant."""
+  x = np.asarray(x, np.float64)
+  y = np.asarray(y, np.float64)
+  x, y = x - x.mean(), y - y.mean()
+  denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
+  return float(np.sum(x * y) / denominator) if denominator > 0 else float("nan")
+
+
+def average_ranks(x) -> np.ndarray:
+  """1-based ranks of [n] values, tied values sharing the mean of their ranks."""
+  x = np.asarray(x)
+  order = np.argsort(x, kind="stable")
+  sorted_x = x[order]
+  # Runs of equal values: each gets the mean of the ranks first..last of its run.
+  starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
+  ends = np.r_[starts[1:], len(x)]
+  run_ranks = (starts + ends + 1) / 2.0
+  out = np.empty(len(x), np.float64)
+  out[order] = np.repeat(run_ranks, ends - starts)
+  return out
+
+
+def spearman(x, y) -> float:
+  """Spearman's rho of two [n] arrays: Pearson's r of their average ranks."""
+  return pearson(average_ranks(x), average_ranks(y))

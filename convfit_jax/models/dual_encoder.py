@@ -9,25 +9,20 @@ top of the shared encoder (`config.model.name = "dual_encoder"`).
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import jax
 import ml_collections
 import numpy as np
 from flax import nnx
 
-from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators.response_selection import BiEncoderScorer
 from convfit_jax.models import Built, sentence
 from convfit_jax.models.heads import l2_normalize
-from convfit_jax.models.sentence import SentenceEncoder
 
 
-class ResponseFeedForward(nnx.Module):
-  """Response-side layer: x + W2 gelu(W1 x), [batch, d] -> [batch, d] float32.
-
-  W2 starts at zero, so the layer starts as the identity and training starts from
-  the pretrained encoder's own context-response similarity.
-  """
+class _ResidualBlock(nnx.Module):
+  """x + W2 gelu(W1 x), W2 zero at the start (the block starts as the identity)."""
 
   def __init__(self, dim: int, hidden: int, *, rngs: nnx.Rngs):
     self.up = nnx.Linear(dim, hidden, kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
@@ -37,35 +32,57 @@ class ResponseFeedForward(nnx.Module):
     return x + self.down(jax.nn.gelu(self.up(x), approximate=False))
 
 
+class ResponseFeedForward(nnx.Module):
+  """The response-side network: `depth` residual blocks x + W2 gelu(W1 x), [batch, d] ->
+  [batch, d] float32 (Yang et al.'s feed-forward on the response side; ConvFiT's FF layer
+  is depth 1).
+
+  Each W2 starts at zero, so the network starts as the identity and training starts
+  from the encoder's own context-response similarity.
+  """
+
+  def __init__(self, dim: int, hidden: int, *, rngs: nnx.Rngs, depth: int = 1):
+    if depth < 1:
+      raise ValueError(f"model.response_ff_depth={depth}: at least 1")
+    self.blocks = nnx.List([_ResidualBlock(dim, hidden, rngs=rngs) for _ in range(depth)])
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    for block in self.blocks:
+      x = block(x)
+    return x
+
+
 class DualEncoder(nnx.Module):
   """Contexts and responses to vectors of the same width.
 
   Args:
-    context: the shared encoder (also the response encoder unless `response` is set).
+    context: the shared encoder (also the response encoder unless `response` is set): a
+      `SentenceEncoder`, or any module called as `context(*inputs, dropout_key=..., **named)`
+      that returns [n, d] (the DAN).
     response: a separate response tower.
     response_ff: a `ResponseFeedForward` applied to response vectors.
   """
 
-  def __init__(self, context: SentenceEncoder, *, response: SentenceEncoder | None = None,
+  def __init__(self, context: nnx.Module, *, response: nnx.Module | None = None,
                response_ff: ResponseFeedForward | None = None):
     self.context = context
     self.response = response
     self.response_ff = response_ff
 
   @property
-  def response_tower(self) -> SentenceEncoder:
+  def response_tower(self) -> nnx.Module:
     return self.context if self.response is None else self.response
 
-  def encode_contexts(self, ids: jax.Array, mask: jax.Array, dropout_key: jax.Array | None = None,
-                      **packed) -> jax.Array:
-    """[n, L] int32 ids and mask -> [n, d] float32; packed rows with `position_ids`
-    and `slots` as `SentenceEncoder` takes them."""
-    return self.context(ids, mask, dropout_key=dropout_key, **packed)
+  def encode_contexts(self, *inputs: jax.Array, dropout_key: jax.Array | None = None,
+                      **named: jax.Array) -> jax.Array:
+    """The context tower's inputs (a `SentenceEncoder`'s: [n, L] int32 ids and mask,
+    packed rows with `position_ids` and `slots`) -> [n, d] float32."""
+    return self.context(*inputs, dropout_key=dropout_key, **named)
 
-  def encode_responses(self, ids: jax.Array, mask: jax.Array, dropout_key: jax.Array | None = None,
-                       **packed) -> jax.Array:
-    """As `encode_contexts`, through the response tower and feed-forward layer."""
-    return self.apply_response_ff(self.response_tower(ids, mask, dropout_key=dropout_key, **packed))
+  def encode_responses(self, *inputs: jax.Array, dropout_key: jax.Array | None = None,
+                       **named: jax.Array) -> jax.Array:
+    """As `encode_contexts`, through the response tower and feed-forward network."""
+    return self.apply_response_ff(self.response_tower(*inputs, dropout_key=dropout_key, **named))
 
   def apply_response_ff(self, x: jax.Array) -> jax.Array:
     return x if self.response_ff is None else self.response_ff(x)
@@ -76,17 +93,17 @@ def _response_ff(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.
   return nnx.merge(graphdef, state).apply_response_ff(x)
 
 
-def predictors(model: DualEncoder, built: Built, max_length: int) -> tuple[Encoder, BiEncoderScorer]:
-  """What evaluators read from a (host, eval-mode) dual encoder: the context `Encoder` (a
-  `TextEncoder`) and a `BiEncoderScorer` of unit context and response vectors, the
-  responses through the response tower and feed-forward layer."""
-  encoder = lambda tower: Encoder(tower, built.tokenizer, max_length=max_length,
-                                  hf_config=built.hf_config)
-  contexts, responses = encoder(model.context), encoder(model.response_tower)
+def predictors(model: DualEncoder, text_encoder: Callable[[nnx.Module], Any]
+               ) -> tuple[Any, BiEncoderScorer]:
+  """What evaluators read from a (host, eval-mode) dual encoder: the context tower as a
+  `TextEncoder` (`text_encoder(tower)`, e.g. an `Encoder`) and a `BiEncoderScorer` of unit
+  context and response vectors, the responses through the response tower and feed-forward
+  network."""
+  contexts, responses = text_encoder(model.context), text_encoder(model.response_tower)
   graphdef, state = nnx.split(model)
 
   def embed_responses(texts, batch_size):
-    x = responses.encode(texts, batch_size=batch_size)
+    x = responses.encode(texts, batch_size=batch_size, normalize=False)
     if model.response_ff is not None:
       x = _response_ff(graphdef, state, x)
     return np.asarray(l2_normalize(x))
@@ -96,13 +113,18 @@ def predictors(model: DualEncoder, built: Built, max_length: int) -> tuple[Encod
       embed_responses)
 
 
-def build(m: ml_collections.ConfigDict, *, seed: int) -> Built:
-  """The dual encoder a `model` config block names: `sentence.build`'s fields, plus
-  response_tower, response_ff and response_ff_hidden (0 = 4 * dim)."""
-  built = sentence.build(m, seed=seed)
-  context = built.model
+def wrap(context: nnx.Module, m: ml_collections.ConfigDict, *, seed: int) -> DualEncoder:
+  """`context` (with a `dim`) as the dual encoder the `model` block's response_tower,
+  response_ff, response_ff_hidden (0 = 4 * dim) and response_ff_depth say."""
   response = nnx.clone(context) if m.response_tower else None
   response_ff = (ResponseFeedForward(context.dim, m.response_ff_hidden or 4 * context.dim,
-                                     rngs=nnx.Rngs(seed + 1)) if m.response_ff else None)
-  built.model = DualEncoder(context, response=response, response_ff=response_ff)
+                                     rngs=nnx.Rngs(seed + 1), depth=m.get("response_ff_depth", 1))
+                 if m.response_ff else None)
+  return DualEncoder(context, response=response, response_ff=response_ff)
+
+
+def build(m: ml_collections.ConfigDict, *, seed: int) -> Built:
+  """The dual encoder a `model` config block names: `sentence.build`'s fields and `wrap`'s."""
+  built = sentence.build(m, seed=seed)
+  built.model = wrap(built.model, m, seed=seed)
   return built

@@ -109,3 +109,27 @@ def pair_logits(u: jax.Array, v: jax.Array, kernel: jax.Array, bias: jax.Array) 
   u = u.astype(jnp.float32)
   v = v.astype(jnp.float32)
   return jnp.concatenate([u, v, jnp.abs(u - v)], axis=-1) @ kernel + bias
+
+
+class NliClassifier(nnx.Module):
+  """The NLI head of Yang et al. (2018) and InferSent: [u; v; |u - v|; u * v] through
+  `hidden` ReLU layers to 3 logits (entailment, neutral, contradiction).
+
+  Args:
+    d: the sentence vectors' width.
+    hidden: the hidden layers' widths (() = a linear classifier).
+  """
+
+  def __init__(self, d: int, hidden: tuple[int, ...], *, rngs: nnx.Rngs, num_labels: int = 3):
+    widths = (4 * d, *hidden, num_labels)
+    self.layers = nnx.List([nnx.Linear(a, b, kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
+                            for a, b in zip(widths, widths[1:])])
+
+  def __call__(self, u: jax.Array, v: jax.Array) -> jax.Array:
+    """[batch, d] premises x [batch, d] hypotheses -> logits [batch, num_labels] float32."""
+    u = u.astype(jnp.float32)
+    v = v.astype(jnp.float32)
+    x = jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=-1)
+    for layer in self.layers[:-1]:
+      x = jax.nn.relu(layer(x))
+    return self.layers[-1](x)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,7 @@ import numpy as np
 from convfit_jax import hf_io
 from convfit_jax.models import Built, heads
 from convfit_jax.models.transformer import TransformerConfig, TransformerEncoder
-from convfit_jax.tokenization import load_tokenizer
+from convfit_jax.tokenization import bucket, bucket_widths, load_tokenizer, tokenize
 
 
 class SentenceEncoder(nnx.Module):
@@ -162,10 +162,33 @@ def init(init_from: str | os.PathLike, *, architecture: str | os.PathLike = hf_i
                                seed=seed)
 
 
-def build(m, *, seed: int) -> Built:
+def build(m, *, seed: int, train_texts=None) -> Built:
   """The encoder a `model` config block names (init_from, architecture, dtype, remat,
-  projection_dim), with its tokenizer."""
+  projection_dim), with its tokenizer (pretrained: `train_texts`, which models with
+  vocabularies of their own read, is not needed)."""
+  del train_texts
   model, ck = init(m.init_from, architecture=m.architecture, dtype=jnp.dtype(m.dtype),
                    remat=m.get("remat", False), projection_dim=m.get("projection_dim", 0) or None,
                    seed=seed)
   return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize)
+
+
+def text_inputs(built: Built, m) -> Callable[[Sequence[str]], dict[str, np.ndarray]]:
+  """texts -> {"input_ids", "attention_mask"} [n, L] int32: cut at `m.max_length` tokens,
+  L the smallest `tokenization.bucket_widths` width that holds the longest."""
+  widths = bucket_widths(m.max_length)
+
+  def inputs(texts: Sequence[str]) -> dict[str, np.ndarray]:
+    ids, mask = tokenize(built.tokenizer, texts, m.max_length)
+    width = bucket(int(mask.sum(axis=1).max(initial=1)), widths)
+    return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width]}
+
+  return inputs
+
+
+def text_encoder(built: Built, model: SentenceEncoder, m):
+  """`model` as an `Encoder` (packed, fast) at `m.max_length`."""
+  # `encoder` imports this module, so the import waits until the call.
+  from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
+  return Encoder(model, built.tokenizer, max_length=m.max_length, normalize=built.normalize,
+                 hf_config=built.hf_config)

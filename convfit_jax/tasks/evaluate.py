@@ -2,9 +2,11 @@
 
 The encoder is read as a text encoder (k-NN intent detection) and as a dual encoder
 (response selection: contexts and candidates encoded alike, ranked by cosine);
-`model.init_from="tfidf"` is the TF-IDF baseline of response selection instead, and a
+`model.init_from="tfidf"` is the TF-IDF baseline of response selection instead, a
 finished rerank run's workdir (`configs/rerank_*.py`) scores response-selection cases
-with that reranker, in `model.dtype`.
+with that reranker, in `model.dtype`; `"glove"` is the bag-of-vectors text encoder
+(the mean GloVe vector of `GLOVE`), and a DAN run's workdir (`configs/input_response.py`
+with encoder=dan) that DAN.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from absl import logging
 from convfit_jax import evaluators, models
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators.response_selection import BiEncoderScorer, TfidfScorer
+from convfit_jax.models import dan
 from convfit_jax.train import rerank
 from convfit_jax.train.workdir import Workdir, summary
+
+
+# The bag-of-vectors baseline's word vectors, relative to the current directory.
+GLOVE = "../shared/data/vectors/glove6b50d/vectors.txt"
 
 
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -31,6 +38,11 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     elif rerank.is_rerank_run(config.model.init_from):
       model, inputs = rerank.load_reranker(config.model.init_from, dtype=config.model.dtype)
       predictors = {"response_scorer": rerank.PairScorer(model, inputs)}
+    elif config.model.init_from == "glove" or dan.is_saved(config.model.init_from):
+      encoder = (dan.BagOfVectors(GLOVE) if config.model.init_from == "glove"
+                 else dan.load(config.model.init_from))
+      unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
+      predictors = {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
     else:
       built = models.get(config.model.name).build(config.model, seed=config.seed)
       encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,

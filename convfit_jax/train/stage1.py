@@ -84,7 +84,7 @@ def _embed_chunk(graphdef, params, chunk: Mapping[str, jax.Array], key: jax.Arra
   """(contexts, responses) [rows, d] of one chunk; `key` splits into one per side."""
   model = nnx.merge(graphdef, params)
   kc, kr = (None, None) if key is None else jax.random.split(key, 2)
-  side = lambda name: dict(ids=chunk[f"{name}_ids"], mask=chunk[f"{name}_mask"],
+  side = lambda name: dict(input_ids=chunk[f"{name}_ids"], attention_mask=chunk[f"{name}_mask"],
                            position_ids=chunk[f"{name}_positions"], slots=chunk[f"{name}_slots"])
   return model.encode_contexts(**side("context"), dropout_key=kc), model.encode_responses(
       **side("response"), dropout_key=kr)
@@ -192,7 +192,9 @@ class Stage1:
     return state_loss_and_grads(state, batch, self.cfg)
 
   def predictors(self, model: DualEncoder) -> dict[str, Any]:
-    contexts, scorer = dual_encoder.predictors(model, self.built, self.config.model.max_length)
+    contexts, scorer = dual_encoder.predictors(model, lambda tower: Encoder(
+        tower, self.built.tokenizer, max_length=self.config.model.max_length,
+        hf_config=self.built.hf_config))
     return {"text": contexts, "response_scorer": scorer}
 
   def export(self, model: DualEncoder, folder: Path) -> None:

@@ -65,9 +65,11 @@ class Task(Protocol):
     """The dataset rows of a host batch, named when its loss is NaN."""
 
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]
-                     ) -> tuple[jax.Array, Any, Any]:
-    """(scalar loss, gradients in `state.params`, the model's new other state), traced
-    under `jax.jit`; `value_and_grad` does it for a loss on the model."""
+                     ) -> tuple[jax.Array | dict[str, jax.Array], Any, Any]:
+    """(loss, gradients in `state.params`, the model's new other state), traced under
+    `jax.jit`; `value_and_grad` does it for a loss on the model. The loss is a scalar,
+    or {"loss": the scalar differentiated, other named float32 scalars logged with it}
+    (a multitask loss's parts)."""
 
   def predictors(self, model: nnx.Module) -> Mapping[str, Any]:
     """What the evaluators read (`evaluators.TextEncoder`, ...), from a host model in eval mode."""
@@ -80,17 +82,18 @@ class Task(Protocol):
 
 
 def value_and_grad(loss_fn, state: TrainState, batch: Mapping[str, jax.Array]
-                   ) -> tuple[jax.Array, Any, Any]:
-  """`Task.loss_and_grads` for a loss `loss_fn(model, batch, dropout_key) -> scalar`:
-  the model in train mode (BatchNorm updates its statistics, which come back as the new
-  model state), dropout keyed by the step."""
+                   ) -> tuple[jax.Array | dict[str, jax.Array], Any, Any]:
+  """`Task.loss_and_grads` for a loss `loss_fn(model, batch, dropout_key)` (a scalar, or
+  {"loss": scalar, named parts}): the model in train mode (BatchNorm updates its
+  statistics, which come back as the new model state), dropout keyed by the step."""
   def objective(params):
     model = state.model(params)
     model.train()
-    return loss_fn(model, batch, state.step_key()), model_state_of(model)
+    out = loss_fn(model, batch, state.step_key())
+    return (out["loss"] if isinstance(out, dict) else out), (out, model_state_of(model))
 
-  (loss, model_state), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
-  return loss, grads, model_state
+  (_, (out, model_state)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+  return out, grads, model_state
 
 
 def make_train_step(loss_and_grads, mesh):
@@ -102,11 +105,13 @@ def make_train_step(loss_and_grads, mesh):
     loss_and_grads: `(state, batch) -> (loss, grads, model_state)` (`Task.loss_and_grads`).
     mesh: the run's mesh.
   Returns:
-    jitted `(state, batch) -> (state, {"loss", "grad_norm"} float32 scalars)`.
+    jitted `(state, batch) -> (state, {"loss", "grad_norm", the loss's named parts}
+    float32 scalars)`.
   """
   def step(state, batch):
     loss, grads, model_state = loss_and_grads(state, batch)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+    metrics = {**(loss if isinstance(loss, dict) else {"loss": loss}),
+               "grad_norm": optax.tree.norm(grads)}
     state = state.apply_gradients(grads, model_state)
     # The shardings depend on shapes only, so the traced state yields the placed ones.
     return jax.lax.with_sharding_constraint(state, sharding.param_shardings(state, mesh)), metrics
