@@ -76,6 +76,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.train = f"{CONVERSATIONS}/{a.dataset}/train.tsv"
   c.data.format = ""  # "" = by suffix
   c.data.max_pairs = 0  # > 0: a seeded sample of this many conversation pairs
+  # Training sentences are cut here (tokens, or words for the DAN; 0 = model.max_length,
+  # which evaluation uses): SGD's turns fit in 32 tokens, and compute grows with the width.
+  c.data.max_length = 0 if dan else 32
   # NLI training pairs ('+'-separated TSVs): SICK train and SNLI dev (no SNLI train here).
   c.data.nli_train = f"{common.SICK_DIR}/train.tsv+{common.SNLI_DIR}/dev.tsv"
   c.data.nli_fraction = a.nli_fraction  # seeded share of them (the data-size study)

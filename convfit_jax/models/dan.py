@@ -172,9 +172,9 @@ class DanEncoder:
     return out
 
 
-def text_inputs(built: Built, m: ml_collections.ConfigDict) -> Callable[[Sequence[str]], dict]:
-  """texts -> the DAN's keyword inputs (`DanVocabulary.inputs` at `m.max_length` words)."""
-  return lambda texts: built.tokenizer.inputs(texts, m.max_length)
+def text_inputs(built: Built, max_length: int) -> Callable[[Sequence[str]], dict]:
+  """texts -> the DAN's keyword inputs (`DanVocabulary.inputs` at `max_length` words)."""
+  return lambda texts: built.tokenizer.inputs(texts, max_length)
 
 
 def text_encoder(built: Built, model: DAN, m: ml_collections.ConfigDict) -> DanEncoder:

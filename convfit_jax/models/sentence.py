@@ -173,13 +173,13 @@ def build(m, *, seed: int, train_texts=None) -> Built:
   return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize)
 
 
-def text_inputs(built: Built, m) -> Callable[[Sequence[str]], dict[str, np.ndarray]]:
-  """texts -> {"input_ids", "attention_mask"} [n, L] int32: cut at `m.max_length` tokens,
+def text_inputs(built: Built, max_length: int) -> Callable[[Sequence[str]], dict[str, np.ndarray]]:
+  """texts -> {"input_ids", "attention_mask"} [n, L] int32: cut at `max_length` tokens,
   L the smallest `tokenization.bucket_widths` width that holds the longest."""
-  widths = bucket_widths(m.max_length)
+  widths = bucket_widths(max_length)
 
   def inputs(texts: Sequence[str]) -> dict[str, np.ndarray]:
-    ids, mask = tokenize(built.tokenizer, texts, m.max_length)
+    ids, mask = tokenize(built.tokenizer, texts, max_length)
     width = bucket(int(mask.sum(axis=1).max(initial=1)), widths)
     return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width]}
 

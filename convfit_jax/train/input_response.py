@@ -157,7 +157,7 @@ class InputResponseTask:
            if self.nli is not None else None)
     self.built = Built(InputResponse(dual, nli), tokenizer=tower.tokenizer,
                        hf_config=tower.hf_config, normalize=tower.normalize)
-    self.inputs = self.module.text_inputs(tower, m)
+    self.inputs = self.module.text_inputs(tower, d.max_length or m.max_length)
     self.title = "input-response" + (" + NLI" if self.nli is not None else "") + f" ({m.encoder})"
     self.total_steps = trainer.total_steps(self.per_epoch, t)
     self.examples_per_step, self.examples_name = t.batch_size, "pairs"
