@@ -54,7 +54,7 @@ def test_response_selection_metrics():
   true = rng.integers(0, 100, 50)
   ranks = np.array([1 + np.sum(row > row[t]) for row, t in zip(scores, true)])
   got = metrics.response_selection_metrics(scores, true)
-  for k in (1, 10, 50):
+  for k in (1, 3, 10, 50):
     assert got[f"r_at_{k}"] == pytest.approx(np.mean(ranks <= k))
     assert metrics.recall_at_k(scores, true, k) == got[f"r_at_{k}"]
   assert got["mrr"] == pytest.approx(np.mean(1 / ranks))

@@ -103,7 +103,7 @@ def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
                                                                        keepdims=True)
   rs, _ = evals["rs"]
   m = rs({"response_scorer": BiEncoderScorer(unit, unit)}, when="after")
-  assert set(m) == {"r_at_1", "r_at_10", "r_at_50", "mrr", "dstc7"}
+  assert set(m) == {"r_at_1", "r_at_3", "r_at_10", "r_at_50", "mrr", "dstc7"}
 
   class Oracle:
     """A pairwise scorer (what a cross-encoder plugs in) that knows each case's answer."""
@@ -115,8 +115,8 @@ def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
   c.evals.rs.prefix = "sgd_"
   rs, _ = evaluators.from_config(c.evals, run_config=c, workdir=tmp_path)["rs"]
   assert rs({"response_scorer": Oracle()}, when="after")["sgd_r_at_1"] == 1.0
-  with pytest.raises(ValueError, match="intent_knn, response_selection"):
-    evaluators.get("sts")
+  with pytest.raises(ValueError, match="known: intent_knn, nli, response_selection, sts"):
+    evaluators.get("bleu")
 
 
 def test_validation_split_for_model_selection(tmp_path):
@@ -146,7 +146,7 @@ def test_evaluate_task_reads_an_encoder_as_a_dual_encoder(tiny_bert_dir, tmp_pat
     del c.evals[name]
   c.evals.sgd_test_rs100.file = str(REPO / "tests" / "fixtures" / "sgd_test_rs100.jsonl")
   m = evaluate.run(c)
-  assert set(m) == {f"sgd_test_rs100_{k}" for k in ("r_at_1", "r_at_10", "r_at_50", "mrr", "dstc7")}
+  assert set(m) == {f"sgd_test_rs100_{k}" for k in ("r_at_1", "r_at_3", "r_at_10", "r_at_50", "mrr", "dstc7")}
   c.model.init_from = "tfidf"
   tfidf = evaluate.run(c)
   assert 0 < tfidf["sgd_test_rs100_mrr"] <= 1
