@@ -188,12 +188,13 @@ def test_a_sharded_step_equals_one_device(tmp_path):
 def test_dan_multitask_learns_both_tasks_exports_and_reloads(tmp_path):
   folder = write_data(tmp_path)
   c = config_for(folder, "encoder=dan,multitask,runlocal", **{
-      "train.max_steps": 120, "train.learning_rate": 3e-3,
-      "model.min_count": 1})
+      "train.max_steps": 60, "train.learning_rate": 3e-3, "train.checkpoint_every": 30,
+      "model.min_count": 1, "model.embed_dim": 32, "model.hidden": (32, 32, 48),
+      "model.response_ff_hidden": 64, "model.nli_hidden": (32,)})
   m = input_response.train_and_evaluate(c)
   assert m["nli_accuracy"] > 0.9  # the hypothesis's form decides the label
   assert m["syn_r_at_1"] > 0.9 > m["syn_r_at_1_before"]
-  assert m["num_nli_pairs"] == 480 and m["steps"] == 120
+  assert m["num_nli_pairs"] == 480 and m["steps"] == 60
   for key in ("stsb_test_pearson", "stsb_test_adapted_pearson", "stsb_test_pearson_before"):
     assert -1 <= m[key] <= 1
   # The exported DAN is the evaluate task's encoder: the same STS figures.
