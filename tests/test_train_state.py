@@ -80,6 +80,21 @@ def test_clip_norm_bounds_the_gradient():
   np.testing.assert_allclose(float(optax.tree.norm(mu)), 0.1 * 1e-3, rtol=1e-4)
 
 
+def test_heads_take_their_own_learning_rate():
+  params = {"dual": {"context": {"kernel": jnp.ones(3)}, "response_ff": {"kernel": jnp.ones(3)}},
+            "nli": {"kernel": jnp.ones(3)}}
+  assert optimizer.head_labels(params, ("nli", "dual/response_ff")) == {
+      "dual": {"context": {"kernel": "body"}, "response_ff": {"kernel": "head"}},
+      "nli": {"kernel": "head"}}
+  tx, _ = optimizer.make_optimizer(learning_rate=1e-5, total_steps=10, warmup_fraction=0.0,
+                                   weight_decay=0.0, head_learning_rate=1e-2, heads=("nli",))
+  updates, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
+  # Adam's first step moves every parameter by its learning rate.
+  np.testing.assert_allclose(updates["nli"]["kernel"], -1e-2, rtol=1e-4)
+  np.testing.assert_allclose(updates["dual"]["response_ff"]["kernel"], -1e-5, rtol=1e-4)
+  np.testing.assert_allclose(updates["dual"]["context"]["kernel"], -1e-5, rtol=1e-4)
+
+
 def _train(state, steps, ckpt=None):
   for _ in range(steps):
     grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.01, state.params)

@@ -94,6 +94,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.nli_weight = 1.0
   c.train.epochs = 5 if dan else 1
   c.train.max_steps = a.steps if dan else a.steps or 300  # > 0: stop there
+  # The NLI classifier and the response network start fresh (the network as the identity):
+  # at a pretrained encoder's 2e-5 they barely move in a CPU-sized run.
+  c.train.heads = ("nli", "dual/response_ff")
+  c.train.head_learning_rate = 0.0 if dan else 1e-3  # 0 = the encoder's rate
   if dan:
     c.train.learning_rate = 1e-3
     c.train.weight_decay = 0.0

@@ -46,9 +46,21 @@ def weight_decay_mask(params: PyTree) -> PyTree:
   return jax.tree_util.tree_map_with_path(lambda path, _: not _is_no_decay(path), params)
 
 
+def _path_names(path: Sequence[Any]) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def head_labels(params: PyTree, heads: Sequence[str]) -> PyTree:
+  """"head" for parameters whose path ('/'-joined names) starts with one of `heads`, else "body"."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: "head" if any(_path_names(path).startswith(h) for h in heads) else "body",
+      params)
+
+
 def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float | None = None,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   head_learning_rate: float = 0.0, heads: Sequence[str] = ()
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """AdamW with the warm-up/decay schedule; returns (transformation, schedule).
 
@@ -58,10 +70,19 @@ def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: f
     warmup_fraction: share of `total_steps` spent warming up.
     weight_decay: decoupled weight decay, masked by `weight_decay_mask`.
     clip_norm: global gradient-norm clipping threshold; None or <= 0 disables it.
+    head_learning_rate: > 0: the peak learning rate of the parameters under `heads` (same
+      schedule shape), e.g. a freshly initialised classifier on a pretrained encoder, which
+      barely moves at the encoder's rate.
+    heads: '/'-joined parameter path prefixes, e.g. "nli".
   """
   schedule = linear_warmup_decay(learning_rate, total_steps, warmup_fraction)
-  adamw = optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
-                      mask=weight_decay_mask)
+  adamw_at = lambda s: optax.adamw(s, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                                   mask=weight_decay_mask)
+  adamw = adamw_at(schedule)
+  if head_learning_rate > 0 and heads:
+    head_schedule = linear_warmup_decay(head_learning_rate, total_steps, warmup_fraction)
+    adamw = optax.multi_transform({"body": adamw, "head": adamw_at(head_schedule)},
+                                  lambda params: head_labels(params, heads))
   if clip_norm is not None and clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(clip_norm), adamw), schedule
   return adamw, schedule
@@ -69,8 +90,9 @@ def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: f
 
 def from_config(train_config, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """`make_optimizer` with a `train` config block's learning_rate, warmup_fraction,
-  weight_decay and clip_norm."""
+  weight_decay, clip_norm and, where the block has them, head_learning_rate and heads."""
   t = train_config
   return make_optimizer(learning_rate=t.learning_rate, total_steps=total_steps,
                         warmup_fraction=t.warmup_fraction, weight_decay=t.weight_decay,
-                        clip_norm=t.clip_norm)
+                        clip_norm=t.clip_norm, head_learning_rate=t.get("head_learning_rate", 0.0),
+                        heads=tuple(t.get("heads", ())))
