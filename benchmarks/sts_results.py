@@ -5,8 +5,8 @@
 
 Each ROW=WORKDIR names a finished `configs/input_response.py` or `configs/evaluate.py:sts` run;
 the table shows its figures after training (and, for trained rows, before in a second
-table). `--fractions` takes the data-size study's runs (the NLI fraction kept = workdir) and
-prints its table; `--plot` draws STS-B dev/test Pearson against the fraction as a PNG.
+table). `--fractions` takes the data-size study's runs (the NLI fraction kept = workdir; 0 =
+the conversation-only run) and prints its table; `--plot` draws STS-B dev/test Pearson against the fraction as a PNG.
 Figures are percentages of the metrics' fractions.
 """
 
@@ -81,7 +81,7 @@ def main():
     print("\n| NLI pairs kept | STS-B dev r | STS-B test r | adapted STS-B test r | SICK-E test acc | SNLI test acc |")
     print("|---|---|---|---|---|---|")
     for f, m in runs:
-      print(f"| {100 * f:g}% ({m['num_nli_pairs']:,}) | {_cell(m, 'stsb_dev_pearson')} | "
+      print(f"| {100 * f:g}% ({m.get('num_nli_pairs', 0):,}) | {_cell(m, 'stsb_dev_pearson')} | "
             f"{_cell(m, 'stsb_test_pearson')} | {_cell(m, 'stsb_test_adapted_pearson')} | "
             f"{_cell(m, 'sick_test_accuracy')} | {_cell(m, 'snli_test_accuracy')} |")
     if args.plot:

@@ -49,9 +49,6 @@ from convfit_jax.models.heads import NliClassifier
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState
 
-SIDES = ("context", "response", "premise", "hypothesis")
-
-
 class InputResponse(nnx.Module):
   """The dual encoder and, for the multitask model, the NLI classifier on its encoder."""
 
@@ -79,8 +76,8 @@ def loss_fn(model: InputResponse, batch: Mapping[str, jax.Array], dropout_key: j
 
   Args:
     model: in train mode.
-    batch: `<side>/<input>` [n, L] arrays for SIDES (premise/hypothesis only in the
-      multitask model), response_hash [n, 2] int32, nli_labels [m] int32.
+    batch: `<side>/<input>` [n, L] arrays for the sides context, response and (the
+      multitask model) premise, hypothesis; response_hash [n, 2] int32, nli_labels [m] int32.
     dropout_key: split over the four encodings.
     scale, nli_weight: the conversation loss's scale; the NLI loss's weight.
   """
