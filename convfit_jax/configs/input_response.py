@@ -49,7 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if dan:
     c.model = ml_collections.ConfigDict()
-    c.model.name = "dual_encoder"  # how the task names its model in logs
+    c.model.name = "dual_encoder"  # the model family (the task builds it around model.encoder)
     c.model.encoder = "dan"  # the shared encoder's module in convfit_jax/models/
     c.model.embed_dim = 300  # 50 with vectors=GloVe 6B 50d
     c.model.hidden = (300, 300, 500)  # the paper's DAN

@@ -64,6 +64,12 @@ def build_vocabulary(texts: Iterable[str], *, min_count: int = 1, max_size: int 
   """The words of `texts` seen at least `min_count` times, most frequent first (ties
   alphabetically), at most `max_size` ids in all (0 = no limit); `RESERVED` always first."""
   counts = collections.Counter(t for text in texts for t in tokenize(text))
+  return vocabulary_from_counts(counts, min_count=min_count, max_size=max_size)
+
+
+def vocabulary_from_counts(counts: collections.Counter, *, min_count: int = 1, max_size: int = 0
+                           ) -> Vocabulary:
+  """`build_vocabulary` of already counted tokens (any strings: words, bigrams, ...)."""
   words = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
            if c >= min_count and w not in TURN_MARKS]
   words = [*RESERVED, *words]

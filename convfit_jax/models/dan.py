@@ -13,6 +13,7 @@ folder (`save`) is read back by `load` and by the evaluate task's `init_from`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -27,9 +28,8 @@ import numpy as np
 from flax import nnx
 
 from convfit_jax.data import words
-from convfit_jax.models import Built, sentence
+from convfit_jax.models import Built, word_models
 from convfit_jax.models.heads import l2_normalize
-from convfit_jax.models.word_models import embedding_table
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 CONFIG_FILE = "dan.json"
@@ -68,16 +68,14 @@ def build_vocabulary(texts: Iterable[str], *, min_count: int, max_words: int, ma
                      ) -> DanVocabulary:
   """Words and bigrams of `texts` seen at least `min_count` times, most frequent first,
   at most `max_words` / `max_bigrams` ids (0 = no limit), `words.RESERVED` first in both."""
-  texts = list(texts)
-  vocabulary = words.build_vocabulary(texts, min_count=min_count, max_size=max_words)
-  # A bigram holds a space, so build_vocabulary's tokenizer must not split it: count by hand.
-  counts: dict[str, int] = {}
-  for text in texts:
-    for b in bigrams(words.tokenize(text)):
-      counts[b] = counts.get(b, 0) + 1
-  kept = [b for b, c in sorted(counts.items(), key=lambda bc: (-bc[1], bc[0])) if c >= min_count]
-  kept = kept[:max_bigrams - len(words.RESERVED)] if max_bigrams else kept
-  return DanVocabulary(vocabulary, words.Vocabulary((*words.RESERVED, *kept)))
+  word_counts, bigram_counts = collections.Counter(), collections.Counter()
+  for text in texts:  # tokenised once for both vocabularies
+    tokens = words.tokenize(text)
+    word_counts.update(tokens)
+    bigram_counts.update(bigrams(tokens))
+  return DanVocabulary(
+      words.vocabulary_from_counts(word_counts, min_count=min_count, max_size=max_words),
+      words.vocabulary_from_counts(bigram_counts, min_count=min_count, max_size=max_bigrams))
 
 
 class DAN(nnx.Module):
@@ -109,10 +107,11 @@ class DAN(nnx.Module):
     if not config.hidden:
       raise ValueError("model.hidden: at least one layer")
     self.config = config
-    self.words = embedding_table(config.vocab_size, config.embed_dim,
-                                 frozen=config.freeze_embeddings, rngs=rngs, embeddings=embeddings)
-    self.bigrams = embedding_table(config.bigram_size, config.embed_dim, frozen=False, rngs=rngs,
-                                   embeddings=None)
+    table = word_models.embedding_table
+    self.words = table(config.vocab_size, config.embed_dim, frozen=config.freeze_embeddings,
+                       rngs=rngs, embeddings=embeddings)
+    self.bigrams = table(config.bigram_size, config.embed_dim, frozen=False, rngs=rngs,
+                         embeddings=None)
     widths = (config.embed_dim, *config.hidden)
     self.layers = nnx.List([nnx.Linear(a, b, kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
                             for a, b in zip(widths, widths[1:])])
@@ -204,8 +203,7 @@ def save(built: Built, model: DAN, folder: str | os.PathLike, max_length: int) -
   (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1))
   built.tokenizer.words.save(folder / "vocab.txt")
   built.tokenizer.bigrams.save(folder / "bigrams.txt")
-  np.savez(folder / "weights.npz", **{".".join(map(str, path)): np.asarray(var[...])
-                                       for path, var in nnx.to_flat_state(nnx.state(model))})
+  word_models.save_weights(model, folder / "weights.npz")
 
 
 def is_saved(path: str | os.PathLike) -> bool:
@@ -222,9 +220,8 @@ def load(path: str | os.PathLike) -> DanEncoder:
   fields = json.loads((folder / CONFIG_FILE).read_text())
   max_length = fields.pop("max_length")
   config = DAN.Config(**{**fields, "hidden": tuple(fields["hidden"])})
-  with np.load(folder / "weights.npz") as arrays:
-    model = sentence.build_with_params(lambda: DAN(config, rngs=nnx.Rngs(0)), dict(arrays),
-                                       source=str(folder / "weights.npz"))
+  model = word_models.load_weights(lambda: DAN(config, rngs=nnx.Rngs(0)),
+                                   folder / "weights.npz")
   vocabulary = DanVocabulary(words.Vocabulary.load(folder / "vocab.txt"),
                              words.Vocabulary.load(folder / "bigrams.txt"))
   return DanEncoder(model, vocabulary, max_length=max_length)

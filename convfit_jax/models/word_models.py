@@ -70,6 +70,18 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
   return PairInputs(inputs)
 
 
+def save_weights(model: nnx.Module, path: Path) -> None:
+  """Every array of `model` (frozen embeddings included) into an .npz, by dotted path."""
+  np.savez(path, **{".".join(map(str, p)): np.asarray(var[...])
+                    for p, var in nnx.to_flat_state(nnx.state(model))})
+
+
+def load_weights(build: Callable[[], nnx.Module], path: Path) -> nnx.Module:
+  """`build()` filled with the arrays `save_weights` wrote to `path`."""
+  with np.load(path) as arrays:
+    return sentence.build_with_params(build, dict(arrays), source=str(path))
+
+
 def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
   """Writes `word_model.json` (the config), `vocab.txt` and `weights.npz` (every array,
   frozen embeddings included, by dotted path)."""
@@ -77,8 +89,7 @@ def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
   folder.mkdir(parents=True, exist_ok=True)
   (folder / "word_model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
   built.tokenizer.save(folder / "vocab.txt")
-  np.savez(folder / "weights.npz", **{".".join(map(str, path)): np.asarray(var[...])
-                                       for path, var in nnx.to_flat_state(nnx.state(model))})
+  save_weights(model, folder / "weights.npz")
 
 
 def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
@@ -87,9 +98,7 @@ def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
   config = cls.Config(**json.loads((folder / "word_model.json").read_text()))
   if dtype:
     config = dataclasses.replace(config, dtype=dtype)
-  with np.load(folder / "weights.npz") as arrays:
-    model = sentence.build_with_params(lambda: cls(config, rngs=nnx.Rngs(0)), dict(arrays),
-                                       source=str(folder / "weights.npz"))
+  model = load_weights(lambda: cls(config, rngs=nnx.Rngs(0)), folder / "weights.npz")
   return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))
 
 

@@ -28,6 +28,21 @@ from convfit_jax.train.workdir import Workdir, summary
 GLOVE = "../shared/data/vectors/glove6b50d/vectors.txt"
 
 
+def _text_predictors(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The text encoder `config.model` names, and the same as a dual encoder for response
+  selection (contexts and responses encoded alike, unit vectors)."""
+  if config.model.init_from == "glove":
+    encoder = dan.BagOfVectors(GLOVE)
+  elif dan.is_saved(config.model.init_from):
+    encoder = dan.load(config.model.init_from)
+  else:
+    built = models.get(config.model.name).build(config.model, seed=config.seed)
+    encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,
+                      normalize=built.normalize, hf_config=built.hf_config)
+  unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
+  return {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
+
+
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Evaluates `config.model` (e.g. `init_from`) with `config.evals`; writes workdir/metrics.json."""
   workdir = Workdir(config.workdir)
@@ -38,18 +53,8 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     elif rerank.is_rerank_run(config.model.init_from):
       model, inputs = rerank.load_reranker(config.model.init_from, dtype=config.model.dtype)
       predictors = {"response_scorer": rerank.PairScorer(model, inputs)}
-    elif config.model.init_from == "glove" or dan.is_saved(config.model.init_from):
-      encoder = (dan.BagOfVectors(GLOVE) if config.model.init_from == "glove"
-                 else dan.load(config.model.init_from))
-      unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
-      predictors = {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
     else:
-      built = models.get(config.model.name).build(config.model, seed=config.seed)
-      encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,
-                        normalize=built.normalize, hf_config=built.hf_config)
-      unit = lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size, normalize=True)
-      # The encoder as a dual encoder for response selection: contexts and responses alike.
-      predictors = {"text": encoder, "response_scorer": BiEncoderScorer(unit, unit)}
+      predictors = _text_predictors(config)
     metrics = {}
     for name, (evaluator, _) in evaluators.from_config(config.evals, run_config=config,
                                                        workdir=workdir.path).items():

@@ -33,8 +33,13 @@ def linear_warmup_decay(peak_lr: float, total_steps: int, warmup_fraction: float
       boundaries=[warmup])
 
 
+def _names(path: Sequence[Any]) -> list[str]:
+  """The keys of a pytree path as strings (dict keys, sequence indices)."""
+  return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+
+
 def _is_no_decay(path: Sequence[Any]) -> bool:
-  names = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+  names = _names(path)
   # NNX names LayerNorm parameters `scale`/`bias` under a module whose name holds
   # "norm"; every `bias` (Dense, LayerNorm) is exempt too, as HF's
   # no_decay = ["bias", "LayerNorm.weight"].
@@ -46,15 +51,13 @@ def weight_decay_mask(params: PyTree) -> PyTree:
   return jax.tree_util.tree_map_with_path(lambda path, _: not _is_no_decay(path), params)
 
 
-def _path_names(path: Sequence[Any]) -> str:
-  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-
-
 def head_labels(params: PyTree, heads: Sequence[str]) -> PyTree:
   """"head" for parameters whose path ('/'-joined names) starts with one of `heads`, else "body"."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: "head" if any(_path_names(path).startswith(h) for h in heads) else "body",
-      params)
+  def label(path, _):
+    name = "/".join(_names(path))
+    return "head" if any(name.startswith(h) for h in heads) else "body"
+
+  return jax.tree_util.tree_map_with_path(label, params)
 
 
 def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
