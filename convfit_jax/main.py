@@ -26,6 +26,7 @@ _TRACEBACK = flags.DEFINE_bool("traceback", False, "On an error, show the full t
 
 # task name -> "module:function" taking the config.
 TASKS = {
+    "byte_autoencoder": "convfit_jax.train.byte_autoencoder:train_and_evaluate",
     "encode": "convfit_jax.tasks.encode:run",
     "evaluate": "convfit_jax.tasks.evaluate:run",
     "input_response": "convfit_jax.train.input_response:train_and_evaluate",

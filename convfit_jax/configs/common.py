@@ -56,6 +56,7 @@ def parse_arg(arg: str | None, source: str, **defaults: Any) -> ml_collections.C
 def model_config(init_from: str = MINILM, name: str = "sentence") -> ml_collections.ConfigDict:
   m = ml_collections.ConfigDict()
   m.name = name  # the model module in convfit_jax/models/ (its `build`)
+  m.encoder = "sentence"  # the text encoder's module, where `name` wraps one (siamese, ...)
   # A folder or hub id (pretrained, or a Stage 1/2 output: a workdir with a model/
   # folder is accepted), or "rand" for `architecture` with Glorot-uniform weights
   # (the paper's rand rows).
@@ -149,6 +150,18 @@ def nli_eval(**overrides: Any) -> ml_collections.ConfigDict:
   e.max_pairs = 0  # > 0: a seeded sample of this many pairs
   e.batch_size = 32
   e.before = False  # the classifier starts untrained
+  e.update(overrides)
+  return e
+
+
+def byte_error_eval(**overrides: Any) -> ml_collections.ConfigDict:
+  """Settings of `evaluators/byte_error.py`: an auto-encoder's byte error by sentence length."""
+  e = _evaluator("byte_error", every=0, predictor="autoencoder")
+  e.file = "../shared/data/text/enwiki/test.tsv"  # one sentence per row, column `sentence`
+  e.max_sentences = 0  # > 0: a seeded sample of this many test sentences
+  e.batch_size = 64  # sentences per call
+  e.examples = 3  # test sentences logged with their reconstructions
+  e.before = False  # the random model's error is ~100%
   e.update(overrides)
   return e
 

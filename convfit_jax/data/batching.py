@@ -41,9 +41,11 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class SentenceTable:
-  """Unique sentences tokenised once: input_ids, attention_mask [n, L] int32."""
+  """Unique sentences tokenised once: input_ids, attention_mask [n, L] int32; `packs`:
+  whether batches may pack several to a row (the model's `Built.packs`)."""
   input_ids: np.ndarray
   attention_mask: np.ndarray
+  packs: bool = True
 
   def __len__(self) -> int:
     return int(self.input_ids.shape[0])
@@ -61,6 +63,14 @@ class SentenceTable:
   def from_texts(cls, tokenizer, texts: Sequence[str], max_length: int = 48) -> SentenceTable:
     ids, mask = tokenize(tokenizer, texts, max_length)
     return cls(ids, mask)
+
+  @classmethod
+  def from_inputs(cls, inputs: dict[str, np.ndarray], width: int, packs: bool = True
+                  ) -> SentenceTable:
+    """A model's {"input_ids", "attention_mask"} [n, L <= width] (a model module's
+    `text_inputs`), padded to `width`."""
+    pad = [(0, 0), (0, width - inputs["input_ids"].shape[1])]
+    return cls(np.pad(inputs["input_ids"], pad), np.pad(inputs["attention_mask"], pad), packs)
 
 
 class PairBatch(NamedTuple):
@@ -168,7 +178,7 @@ def make_pair_batch(table: SentenceTable, pairs: Pairs, pair_ids: np.ndarray,
   own = sentence_ids[own_slice(2 * batch_size, process_index, process_count)]
   distinct, inverse = np.unique(own, return_inverse=True)
   packed = packing.pack(table.input_ids[distinct], table.attention_mask[distinct], rows,
-                        table.width, row_offset=process_index * rows)
+                        table.width, row_offset=process_index * rows, packs=table.packs)
   return PairBatch(packed.input_ids, packed.segment_ids, packed.position_ids,
                    packed.slots[inverse], own, u_idx[cols], v_idx[cols], batch_targets[cols],
                    weights[cols])
@@ -206,7 +216,7 @@ def pair_batch_rows(table: SentenceTable, pairs: Pairs, *, batch_size: int, seed
       for p in range(process_count):
         yield lengths[np.unique(sentence_ids[own_slice(2 * batch_size, p, process_count)])]
 
-  return packing.rows_for(length_sets(), table.width, multiple)
+  return packing.rows_for(length_sets(), table.width, multiple, table.packs)
 
 
 def pair_batches(table: SentenceTable, pairs: Pairs, *, loss: str, rows: int,

@@ -132,7 +132,7 @@ def label_batch_rows(table: SentenceTable, labels: np.ndarray, *, labels_per_bat
       for p in range(process_count):
         yield lengths[np.unique(ids[own_slice(b, p, process_count)])]
 
-  return packing.rows_for(length_sets(), table.width, multiple)
+  return packing.rows_for(length_sets(), table.width, multiple, table.packs)
 
 
 def label_batches(table: SentenceTable, labels: np.ndarray, *, labels_per_batch: int,
@@ -172,6 +172,6 @@ def label_batches(table: SentenceTable, labels: np.ndarray, *, labels_per_batch:
     mine = ids[own]
     distinct, inverse = np.unique(mine, return_inverse=True)
     packed = packing.pack(table.input_ids[distinct], table.attention_mask[distinct], rows,
-                          table.width, row_offset=process_index * rows)
+                          table.width, row_offset=process_index * rows, packs=table.packs)
     yield LabelBatch(packed.input_ids, packed.segment_ids, packed.position_ids,
                      packed.slots[inverse], mine, labels[mine].astype(np.int32), weights[own])

@@ -79,34 +79,47 @@ def place(lengths: np.ndarray, width: int, rows: int | None = None) -> np.ndarra
   return placed
 
 
-def rows_needed(lengths: np.ndarray, width: int) -> int:
-  """How many rows `place` fills with these lengths."""
+def one_per_row(n: int, rows: int | None = None) -> np.ndarray:
+  """The placement of n sequences one to a row (for models whose layers would mix the
+  sentences of a row, e.g. convolutions): [n, 3] int64 (i, 1, 0)."""
+  if rows is not None and n > rows:
+    raise ValueError(f"{n} sequences, one per row, do not fit in {rows} rows")
+  return np.stack([np.arange(n), np.ones(n, np.int64), np.zeros(n, np.int64)], axis=1)
+
+
+def rows_needed(lengths: np.ndarray, width: int, packs: bool = True) -> int:
+  """How many rows `place` (or, `packs=False`, `one_per_row`) fills with these lengths."""
   lengths = np.asarray(lengths)
+  if not packs:
+    return int(lengths.size)
   return int(place(lengths, width)[:, 0].max()) + 1 if lengths.size else 0
 
 
-def rows_for(length_sets: Iterable[np.ndarray], width: int, multiple: int = 1) -> int:
+def rows_for(length_sets: Iterable[np.ndarray], width: int, multiple: int = 1,
+             packs: bool = True) -> int:
   """The row count every set fits in, rounded up to `multiple` (the data-parallel devices
   of a process, which split the rows)."""
-  most = max((rows_needed(lengths, width) for lengths in length_sets), default=1)
+  most = max((rows_needed(lengths, width, packs) for lengths in length_sets), default=1)
   return -(-max(most, 1) // multiple) * multiple
 
 
 def pack(input_ids: np.ndarray, attention_mask: np.ndarray, rows: int, width: int,
-         row_offset: int = 0) -> Packed:
+         row_offset: int = 0, packs: bool = True) -> Packed:
   """Packs padded sentences (either padding side) into `rows` rows of `width`.
 
   Args:
     input_ids, attention_mask: [n, L] int, 1 on the real tokens of each sentence.
     rows, width: the packed shape.
     row_offset: added to the rows of `slots` (this process's first row of a global batch).
+    packs: False: one sentence per row, at its start (`one_per_row`).
   Raises:
     ValueError: the sentences need more than `rows` rows, or one is empty.
   """
   input_ids, mask = np.asarray(input_ids), np.asarray(attention_mask).astype(bool)
   lengths = mask.sum(1)
   sequences = [input_ids[i][mask[i]] for i in range(len(lengths))]
-  return fill(sequences, place(lengths, width, rows), rows, width, row_offset)
+  placed = place(lengths, width, rows) if packs else one_per_row(len(lengths), rows)
+  return fill(sequences, placed, rows, width, row_offset)
 
 
 def fill(sequences: Sequence[Sequence[int]], placed: np.ndarray, rows: int, width: int,

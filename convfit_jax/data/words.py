@@ -111,6 +111,21 @@ def read_vectors(path: str | os.PathLike, vocabulary: Vocabulary) -> tuple[np.nd
   return vectors, found
 
 
+def vector_words(path: str | os.PathLike) -> list[str]:
+  """The words of a `word v_1 ... v_d` file, in file order, each once, reserved names left out."""
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"word vectors: {path.absolute()} does not exist")
+  seen = set(RESERVED)
+  out = []
+  for _, line in decoded_lines(path):
+    word = line.partition(" ")[0]
+    if word not in seen:
+      seen.add(word)
+      out.append(word)
+  return out
+
+
 def embedding_matrix(vocabulary: Vocabulary, *, dim: int, vectors: str | os.PathLike | None,
                      seed: int) -> tuple[np.ndarray, float]:
   """[len(vocabulary), dim] float32 initial word embeddings and the fraction found in `vectors`.

@@ -28,11 +28,14 @@ class Built:
     tokenizer: a transformers fast tokenizer (None for models that need none).
     hf_config: the pretrained config.json dict, written back on export.
     normalize: whether the pretrained pipeline L2-normalises its sentence vectors.
+    packs: whether several sentences may share a row (`data.packing`); False for models
+      whose layers would mix them (convolutions), which then get one sentence per row.
   """
   model: nnx.Module
   tokenizer: Any = None
   hf_config: dict[str, Any] = dataclasses.field(default_factory=dict)
   normalize: bool = False
+  packs: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,8 @@ from flax import nnx
 from convfit_jax.data import words
 from convfit_jax.models import Built, PairInputs, sentence
 
+CONFIG_FILE = "word_model.json"
+
 
 class FrozenEmbedding(nnx.Variable):
   """Word vectors that training leaves as they are (model state, not a parameter, so the
@@ -82,12 +84,21 @@ def load_weights(build: Callable[[], nnx.Module], path: Path) -> nnx.Module:
     return sentence.build_with_params(build, dict(arrays), source=str(path))
 
 
+def saved_class(folder: str | os.PathLike) -> str | None:
+  """The class name of the model `save` wrote to `folder`, or None where none is."""
+  path = Path(folder) / CONFIG_FILE
+  if not path.is_file() or not (Path(folder) / "weights.npz").is_file():
+    return None
+  return json.loads(path.read_text()).get("model")
+
+
 def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
-  """Writes `word_model.json` (the config), `vocab.txt` and `weights.npz` (every array,
+  """Writes `word_model.json` (the class name and config), `vocab.txt` and `weights.npz` (every array,
   frozen embeddings included, by dotted path)."""
   folder = Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
-  (folder / "word_model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
+  fields = {"model": type(model).__name__, **dataclasses.asdict(model.config)}
+  (folder / CONFIG_FILE).write_text(json.dumps(fields, indent=1))
   built.tokenizer.save(folder / "vocab.txt")
   save_weights(model, folder / "weights.npz")
 
@@ -95,7 +106,11 @@ def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
 def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
   """The `cls` model and vocabulary `save` wrote; `dtype` replaces the saved compute dtype."""
   folder = Path(folder)
-  config = cls.Config(**json.loads((folder / "word_model.json").read_text()))
+  fields = json.loads((folder / CONFIG_FILE).read_text())
+  saved = fields.pop("model", cls.__name__)
+  if saved != cls.__name__:
+    raise ValueError(f"{folder / CONFIG_FILE}: a saved {saved}, not a {cls.__name__}")
+  config = cls.Config(**fields)
   if dtype:
     config = dataclasses.replace(config, dtype=dtype)
   model = load_weights(lambda: cls(config, rngs=nnx.Rngs(0)), folder / "weights.npz")

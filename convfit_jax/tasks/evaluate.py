@@ -5,8 +5,9 @@ The encoder is read as a text encoder (k-NN intent detection) and as a dual enco
 `model.init_from="tfidf"` is the TF-IDF baseline of response selection instead, a
 finished rerank run's workdir (`configs/rerank_*.py`) scores response-selection cases
 with that reranker, in `model.dtype`; `"glove"` is the bag-of-vectors text encoder
-(the mean GloVe vector of `GLOVE`), and a DAN run's workdir (`configs/input_response.py`
-with encoder=dan) that DAN.
+(the mean GloVe vector of `GLOVE`), a DAN run's workdir (`configs/input_response.py`
+with encoder=dan) that DAN, and a recursive convolutional encoder's run
+(`configs/conv_encoder.py`) that encoder.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from absl import logging
 from convfit_jax import evaluators, models
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators.response_selection import BiEncoderScorer, TfidfScorer
-from convfit_jax.models import dan
+from convfit_jax.models import conv_encoder, dan
 from convfit_jax.train import rerank
 from convfit_jax.train.workdir import Workdir, summary
 
@@ -35,6 +36,8 @@ def _text_predictors(config: ml_collections.ConfigDict) -> dict[str, Any]:
     encoder = dan.BagOfVectors(GLOVE)
   elif dan.is_saved(config.model.init_from):
     encoder = dan.load(config.model.init_from)
+  elif conv_encoder.is_saved(config.model.init_from):
+    encoder = conv_encoder.load(config.model.init_from)
   else:
     built = models.get(config.model.name).build(config.model, seed=config.seed)
     encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,

@@ -14,8 +14,9 @@ Interleaving: every step takes one batch of each task and one optimiser update o
 `conversation_loss + train.nli_weight * nli_loss` (the paper alternates single-task
 steps; we sum them so both tasks move the shared encoder at every step, with one
 compiled step). The ratio is `train.nli_batch_size : train.batch_size` and the weight;
-`train.nli_batch_size = 0` is the conversation-only model. Both losses are logged
-(`train/conversation_loss`, `train/nli_loss`).
+`train.nli_batch_size = 0` is the conversation-only model, `train.batch_size = 0` the
+NLI-only one (InferSent's training, which seed 003 uses for its word-level encoder). Both
+losses are logged (`train/conversation_loss`, `train/nli_loss`).
 
 Data: conversation pairs of `data.train` (as Stage 1 reads them) and NLI pairs of
 `data.nli_train` ('+'-separated TSVs, `data.sentence_pairs.read_nli`), of which a
@@ -72,28 +73,32 @@ def _side(batch: Mapping[str, jax.Array], name: str) -> dict[str, jax.Array]:
 
 def loss_fn(model: InputResponse, batch: Mapping[str, jax.Array], dropout_key: jax.Array | None, *,
             scale: float, nli_weight: float) -> dict[str, jax.Array]:
-  """{"loss", "conversation_loss"[, "nli_loss"]} float32 scalars of one step's batches.
+  """{"loss", "conversation_loss", "nli_loss"} float32 scalars of one step's batches (each
+  part where its task trains).
 
   Args:
     model: in train mode.
-    batch: `<side>/<input>` [n, L] arrays for the sides context, response and (the
-      multitask model) premise, hypothesis; response_hash [n, 2] int32, nli_labels [m] int32.
+    batch: `<side>/<input>` [n, L] arrays for the sides context, response (with
+      response_hash [n, 2] int32; absent when NLI trains alone) and premise, hypothesis
+      (the multitask model, with nli_labels [m] int32).
     dropout_key: split over the four encodings.
     scale, nli_weight: the conversation loss's scale; the NLI loss's weight.
   """
   keys = [None] * 4 if dropout_key is None else list(jax.random.split(dropout_key, 4))
   dual = model.dual
-  contexts = dual.encode_contexts(**_side(batch, "context"), dropout_key=keys[0])
-  responses = dual.encode_responses(**_side(batch, "response"), dropout_key=keys[1])
-  conversation = losses.mneg_loss(contexts, responses, scale=scale,
-                                  response_ids=losses.duplicate_ids(batch["response_hash"]))
-  if model.nli is None:
-    return {"loss": conversation, "conversation_loss": conversation}
-  u = dual.encode_contexts(**_side(batch, "premise"), dropout_key=keys[2])
-  v = dual.encode_contexts(**_side(batch, "hypothesis"), dropout_key=keys[3])
-  log_p = jax.nn.log_softmax(model.nli(u, v))
-  nli = -jnp.mean(jnp.take_along_axis(log_p, batch["nli_labels"][:, None], axis=1))
-  return {"loss": conversation + nli_weight * nli, "conversation_loss": conversation, "nli_loss": nli}
+  out = {}
+  if "response_hash" in batch:
+    contexts = dual.encode_contexts(**_side(batch, "context"), dropout_key=keys[0])
+    responses = dual.encode_responses(**_side(batch, "response"), dropout_key=keys[1])
+    out["conversation_loss"] = losses.mneg_loss(
+        contexts, responses, scale=scale, response_ids=losses.duplicate_ids(batch["response_hash"]))
+  if model.nli is not None:
+    u = dual.encode_contexts(**_side(batch, "premise"), dropout_key=keys[2])
+    v = dual.encode_contexts(**_side(batch, "hypothesis"), dropout_key=keys[3])
+    log_p = jax.nn.log_softmax(model.nli(u, v))
+    out["nli_loss"] = -jnp.mean(jnp.take_along_axis(log_p, batch["nli_labels"][:, None], axis=1))
+  loss = out.get("conversation_loss", 0.0) + nli_weight * out.get("nli_loss", 0.0)
+  return {"loss": loss, **out}
 
 
 class NliPredictor:
@@ -121,20 +126,19 @@ class InputResponseTask:
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
     d, t, m = config.data, config.train, config.model
-    path = Path(d.train).expanduser()
-    if not path.is_file():
-      raise FileNotFoundError(f"data.train: {path.absolute()} does not exist "
-                              "(relative paths are read from the current directory)")
-    pairs = list(read_conversations(path, fmt=d.format or None))
-    pairs = [pairs[i] for i in subsample_indices(len(pairs), d.max_pairs, config.seed)]
+    if not (t.batch_size or t.nli_batch_size):
+      raise ValueError("train.batch_size and train.nli_batch_size are both 0: nothing to train")
+    self.conversations = t.batch_size > 0
+    pairs = self._conversation_pairs() if self.conversations else []
     self.contexts = tuple(p.context for p in pairs)
     self.responses = tuple(p.response for p in pairs)
     self.nli = self._nli_train() if t.nli_batch_size else None
     data_shards = mesh.shape[sharding.DATA]
-    batching.check_divisible(t.batch_size, data_shards)
-    self.per_epoch = len(pairs) // t.batch_size
-    if self.per_epoch == 0:
-      raise ValueError(f"data.train: {len(pairs)} pairs, fewer than train.batch_size={t.batch_size}")
+    if self.conversations:
+      batching.check_divisible(t.batch_size, data_shards)
+      self.per_epoch = len(pairs) // t.batch_size
+      if self.per_epoch == 0:
+        raise ValueError(f"data.train: {len(pairs)} pairs, fewer than train.batch_size={t.batch_size}")
     if self.nli is not None:
       batching.check_divisible(t.nli_batch_size, data_shards)
       self.nli_per_epoch = len(self.nli) // t.nli_batch_size
@@ -155,13 +159,26 @@ class InputResponseTask:
     self.built = Built(InputResponse(dual, nli), tokenizer=tower.tokenizer,
                        hf_config=tower.hf_config, normalize=tower.normalize)
     self.inputs = self.module.text_inputs(tower, d.max_length or m.max_length)
-    self.title = "input-response" + (" + NLI" if self.nli is not None else "") + f" ({m.encoder})"
+    self.title = (("input-response" + (" + NLI" if self.nli is not None else "")
+                   if self.conversations else "NLI") + f" ({m.encoder})")
+    if not self.conversations:  # an epoch is then one of the NLI pairs
+      self.per_epoch = self.nli_per_epoch
     self.total_steps = trainer.total_steps(self.per_epoch, t)
-    self.examples_per_step, self.examples_name = t.batch_size, "pairs"
+    self.examples_per_step = t.batch_size or t.nli_batch_size
+    self.examples_name = "pairs"
     self.counts = {"num_pairs": len(pairs), "steps_per_epoch": self.per_epoch,
                    "total_steps": self.total_steps,
                    **({} if self.nli is None else {"num_nli_pairs": len(self.nli)}),
                    **{k: v for k, v in tower.hf_config.items() if k == "words_in_vectors"}}
+
+  def _conversation_pairs(self) -> list:
+    d = self.config.data
+    path = Path(d.train).expanduser()
+    if not path.is_file():
+      raise FileNotFoundError(f"data.train: {path.absolute()} does not exist "
+                              "(relative paths are read from the current directory)")
+    pairs = list(read_conversations(path, fmt=d.format or None))
+    return [pairs[i] for i in subsample_indices(len(pairs), d.max_pairs, self.config.seed)]
 
   def _nli_train(self) -> NliSet:
     d = self.config.data
@@ -180,7 +197,9 @@ class InputResponseTask:
       return order[(step % per_epoch) * size:(step % per_epoch + 1) * size]
 
     t, seed = self.config.train, self.config.seed
-    out = {"pairs": rows(len(self.contexts), self.per_epoch, t.batch_size, seed)}
+    out = {}
+    if self.conversations:
+      out["pairs"] = rows(len(self.contexts), self.per_epoch, t.batch_size, seed)
     if self.nli is not None:
       out["nli"] = rows(len(self.nli), self.nli_per_epoch, t.nli_batch_size, seed + 1)
     return out
@@ -195,9 +214,11 @@ class InputResponseTask:
     return batching.prefetch(steps(), size=self.config.data.prefetch)
 
   def device_batch(self, host_batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    rows = host_batch["pairs"]
-    texts = {"context": [self.contexts[i] for i in rows], "response": [self.responses[i] for i in rows]}
-    local = {"response_hash": text_hashes(texts["response"])}
+    texts, local = {}, {}
+    if self.conversations:
+      rows = host_batch["pairs"]
+      texts = {"context": [self.contexts[i] for i in rows], "response": [self.responses[i] for i in rows]}
+      local = {"response_hash": text_hashes(texts["response"])}
     if self.nli is not None:
       nli_rows = host_batch["nli"]
       texts["premise"] = [self.nli.premises[i] for i in nli_rows]
@@ -212,7 +233,7 @@ class InputResponseTask:
     return sharding.global_batch(local, self.mesh)
 
   def batch_rows(self, host_batch: Mapping[str, np.ndarray]) -> np.ndarray:
-    return host_batch["pairs"]
+    return host_batch["pairs" if self.conversations else "nli"]
 
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]):
     t = self.config.train

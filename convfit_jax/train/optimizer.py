@@ -1,6 +1,7 @@
-"""AdamW with linear warm-up then linear decay, as sentence-transformers and HF Trainer train.
-
-No weight decay on biases and LayerNorm parameters; optional global-norm clipping.
+"""The optimisers: AdamW with linear warm-up then linear decay, as sentence-transformers and
+HF Trainer train (no weight decay on biases and LayerNorm parameters), or SGD with
+momentum and a step decay, as the recursive convolutional auto-encoder trains
+(`train.optimizer`); optional global-norm clipping for both.
 """
 
 from __future__ import annotations
@@ -91,10 +92,43 @@ def make_optimizer(*, learning_rate: float, total_steps: int, warmup_fraction: f
   return adamw, schedule
 
 
+def step_decay(learning_rate: float, *, decay_start: int, decay_every: int, decay_factor: float
+               ) -> optax.Schedule:
+  """`learning_rate` until `decay_start`, then multiplied by `decay_factor` every
+  `decay_every` steps (the first time at decay_start + decay_every); decay_every <= 0: constant."""
+  if decay_every <= 0:
+    return optax.constant_schedule(learning_rate)
+  return optax.exponential_decay(learning_rate, transition_steps=decay_every,
+                                 decay_rate=decay_factor, transition_begin=decay_start,
+                                 staircase=True)
+
+
+def make_sgd(*, learning_rate: float, momentum: float, clip_norm: float | None,
+             decay_start: int, decay_every: int, decay_factor: float
+             ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """SGD with (heavy-ball) momentum on `step_decay`, after global-norm clipping; returns
+  (transformation, schedule). Clipping is what lets the paper's learning rate reach 30."""
+  schedule = step_decay(learning_rate, decay_start=decay_start, decay_every=decay_every,
+                        decay_factor=decay_factor)
+  sgd = optax.sgd(schedule, momentum=momentum or None)
+  if clip_norm is not None and clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(clip_norm), sgd), schedule
+  return sgd, schedule
+
+
 def from_config(train_config, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """`make_optimizer` with a `train` config block's learning_rate, warmup_fraction,
-  weight_decay, clip_norm and, where the block has them, head_learning_rate and heads."""
+  """The optimiser `train.optimizer` names ("adamw", the default, or "sgd") with a `train`
+  config block's settings: learning_rate, clip_norm and, for AdamW, warmup_fraction,
+  weight_decay and, where the block has them, head_learning_rate and heads; for SGD,
+  momentum, decay_start, decay_every, decay_factor."""
   t = train_config
+  kind = t.get("optimizer", "adamw")
+  if kind == "sgd":
+    return make_sgd(learning_rate=t.learning_rate, momentum=t.momentum, clip_norm=t.clip_norm,
+                    decay_start=t.decay_start, decay_every=t.decay_every,
+                    decay_factor=t.decay_factor)
+  if kind != "adamw":
+    raise ValueError(f"train.optimizer={kind!r}; adamw or sgd")
   return make_optimizer(learning_rate=t.learning_rate, total_steps=total_steps,
                         warmup_fraction=t.warmup_fraction, weight_decay=t.weight_decay,
                         clip_norm=t.clip_norm, head_learning_rate=t.get("head_learning_rate", 0.0),

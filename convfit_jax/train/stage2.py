@@ -35,7 +35,7 @@ from flax import nnx
 from convfit_jax import losses, models, sharding
 from convfit_jax.configs.stage2 import objective
 from convfit_jax.data import batching, intent, label_batches, pairs as pairs_lib
-from convfit_jax.encoder import Encoder
+from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.siamese import SiameseEncoder
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState, count_params
@@ -155,14 +155,17 @@ class Stage2:
     self.title = f"Stage 2 ({objective(t)})"
     data = intent.from_config(config.data)
     self.labels = data.train.labels
-    self.built = models.get(config.model.name).build(config.model, seed=config.seed,
-                                                     classifier=t.loss == "smax")
+    self.built = models.get(config.model.name).build(
+        config.model, seed=config.seed, classifier=t.loss == "smax",
+        train_texts=lambda: data.train.texts)
+    self.module = models.get(config.model.encoder)
     d = config.data
     num_params = count_params(nnx.state(self.built.model, nnx.Param))
-    estimate = memory_estimate(num_params, config, self.built.model.encoder.config)
     self.counts = {"num_train": len(data.train), "num_pool": len(data.pool),
-                   "num_labels": data.num_labels, "num_params": num_params,
-                   "memory_estimate": estimate}
+                   "num_labels": data.num_labels, "num_params": num_params}
+    encoder = self.built.model.encoder
+    if isinstance(encoder, SentenceEncoder):
+      self.counts["memory_estimate"] = memory_estimate(num_params, config, encoder.config)
     if self.dense:
       p, k = t.labels_per_batch, t.examples_per_label
       per_epoch = label_batches.label_steps_per_epoch(self.labels, p, k)
@@ -181,11 +184,11 @@ class Stage2:
                          pairs_negative=self.pairs.num_negative)
     self.total_steps = trainer.total_steps(per_epoch, t)
     self.counts["total_steps"] = self.total_steps
-    logging.info("%s: %d training examples, %d intents; %s; %d steps; estimated memory %.0f MiB",
-                 data.name, len(data.train), data.num_labels, layout, self.total_steps,
-                 estimate["total_mib"])
-    self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
-                                                   config.model.max_length)
+    logging.info("%s: %d training examples, %d intents; %s; %d steps", data.name,
+                 len(data.train), data.num_labels, layout, self.total_steps)
+    width = config.model.max_length
+    self.table = batching.SentenceTable.from_inputs(
+        self.module.text_inputs(self.built, width)(data.train.texts), width, self.built.packs)
 
   @functools.cached_property
   def rows(self) -> int:
@@ -226,9 +229,9 @@ class Stage2:
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]):
     return loss_and_grads(state, batch, train_config=self.config.train)
 
-  def encoder(self, model: SiameseEncoder) -> Encoder:
-    return Encoder(model.encoder, self.built.tokenizer, max_length=self.config.model.max_length,
-                   normalize=self.built.normalize, hf_config=self.built.hf_config)
+  def encoder(self, model: SiameseEncoder):
+    """The trained encoder as a text encoder (`Encoder` for a Transformer), which also exports it."""
+    return self.module.text_encoder(self.built, model.encoder, self.config.model)
 
   def predictors(self, model: SiameseEncoder) -> dict[str, Any]:
     return {"text": self.encoder(model)}

@@ -1,0 +1,97 @@
+"""The word-level recursive convolutional encoder through the shared tasks: NLI training
+(the input-response task with NLI alone) that learns, exports and reloads, Stage 2 from that
+run with one sentence per row, and the sharded step with BatchNorm equal to one device."""
+
+import jax
+import numpy as np
+import pytest
+
+from configs import conv_encoder as ce_config
+from configs import evaluate as evaluate_config
+from convfit_jax import sharding
+from convfit_jax.configs import common
+from convfit_jax.data import packing
+from convfit_jax.models import conv_encoder
+from convfit_jax.tasks import evaluate
+from convfit_jax.train import input_response, stage2, trainer
+from convfit_jax.train.input_response import InputResponseTask
+
+from test_input_response import write_data
+
+
+def nli_config(folder, arg="runlocal", **extra):
+  c = ce_config.get_config(f"{arg},vectors=,workdir={folder / 'run'}")
+  with c.unlocked():
+    c.data.nli_train = str(folder / "nli_train.tsv")
+    c.data.sts_dir, c.data.sick_dir = str(folder / "stsb"), ""
+    for name in list(c.evals):
+      if name != "sts":
+        del c.evals[name]
+    c.evals.nli = common.nli_eval(file=str(folder / "nli_test.tsv"), prefix="nli_")
+    c.model.freeze_embeddings = False  # random vectors: they must learn
+    for k, v in extra.items():
+      section, field = k.split(".")
+      c[section][field] = v
+  return c
+
+
+def test_one_sentence_per_row_when_the_model_does_not_pack():
+  ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 10, 0]])
+  p = packing.pack(ids, (ids > 0).astype(int), rows=4, width=4, row_offset=8, packs=False)
+  assert p.slots.tolist() == [[8, 1], [9, 1], [10, 1]]
+  assert p.input_ids.tolist() == [[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 10, 0], [0, 0, 0, 0]]
+  assert p.segment_ids.tolist() == [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
+  assert packing.rows_for([np.array([2, 1, 3]), np.array([1])], 4, multiple=2, packs=False) == 4
+  with pytest.raises(ValueError, match="one per row"):
+    packing.pack(ids, (ids > 0).astype(int), rows=2, width=4, packs=False)
+
+
+def test_nli_training_learns_exports_reloads_and_feeds_stage2(tmp_path):
+  folder = write_data(tmp_path)
+  c = nli_config(folder, **{"train.max_steps": 60, "train.checkpoint_every": 30,
+                            "model.embed_dim": 16, "model.length": 16, "model.max_length": 16,
+                            "model.nli_hidden": (32,)})
+  m = input_response.train_and_evaluate(c)
+  assert m["nli_accuracy"] > 0.9  # the hypothesis's form decides the label
+  assert m["num_pairs"] == 0 and m["num_nli_pairs"] == 480 and m["steps"] == 60
+  assert "conversation_loss" not in str(m)
+  # The exported encoder is the evaluate task's: the same STS figures.
+  e = evaluate_config.get_config(f"sts,init_from={tmp_path / 'run'}")
+  e.workdir = str(tmp_path / "eval")
+  e.data.sts_dir, e.data.sick_dir = c.data.sts_dir, ""
+  assert evaluate.run(e)["stsb_test_pearson"] == pytest.approx(m["stsb_test_pearson"], abs=1e-6)
+
+  # Stage 2 starts from that run, one sentence per row, and exports a loadable encoder.
+  s = ce_config.get_config(f"stage=stage2,runlocal,init_from={tmp_path / 'run'},"
+                           f"workdir={tmp_path / 's2'}")
+  with s.unlocked():
+    s.train.max_steps = 4
+    s.evals.knn.max_test = 100
+  task = stage2.Stage2(s, sharding.make_mesh())
+  assert task.table.packs is False and task.rows == 64  # 16 intents x 4, one row each
+  m2 = stage2.train_and_evaluate(s)
+  assert 0 <= m2["knn_accuracy"] <= 1 and m2["steps"] == 4
+  enc = conv_encoder.load(tmp_path / "s2")
+  texts = ["how do i top up my card", "my card was declined"]
+  np.testing.assert_allclose(enc.encode(texts), enc.encode(texts[::-1])[::-1], rtol=1e-5, atol=1e-6)
+  assert enc.encode(texts).shape == (2, 16)
+
+
+@pytest.mark.parametrize("padding", ["balanced", "variable"])
+def test_a_sharded_step_with_batchnorm_equals_one_device(tmp_path, padding):
+  folder = write_data(tmp_path)
+  c = nli_config(folder, **{"model.embed_dim": 8, "model.length": 16, "model.max_length": 16,
+                            "model.padding": padding})
+  outs = []
+  for mesh in (sharding.make_mesh(devices=jax.devices()[:1]), sharding.make_mesh()):
+    task = InputResponseTask(c, mesh)
+    state, _ = trainer.init_state(c, task.built.model, task.total_steps, mesh)
+    step = trainer.make_train_step(task.loss_and_grads, mesh)
+    state, m = step(state, task.device_batch(next(task.batches(0))))
+    outs.append((jax.device_get(m), jax.device_get((state.params, state.model_state))))
+  assert jax.device_count() == 8
+  for k in ("loss", "nli_loss", "grad_norm"):
+    assert float(outs[1][0][k]) == pytest.approx(float(outs[0][0][k]), rel=1e-5)
+  # BatchNorm's statistics are of the global batch on 8 devices too.
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
+               outs[0][1], outs[1][1])
