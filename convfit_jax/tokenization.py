@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from convfit_jax.data import words
+
 
 def check_texts(texts: Sequence[str], source: str = "texts") -> list[str]:
   """Returns `texts` as a list; a non-string item is a TypeError naming its index."""
@@ -22,7 +24,8 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarr
   """Tokenises with truncation at `max_length`, padded to `max_length`.
 
   Args:
-    tokenizer: a transformers fast tokenizer.
+    tokenizer: a transformers fast tokenizer, or a word vocabulary (`data.words.Vocabulary`,
+      the word-level models': lower-cased words, an empty text one unknown word).
     texts: n strings (an empty string gives the special tokens only).
     max_length: sequence width, special tokens included.
   Returns:
@@ -31,6 +34,10 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarr
   texts = check_texts(texts)
   if not texts:
     return np.zeros((0, max_length), np.int32), np.zeros((0, max_length), np.int32)
+  if isinstance(tokenizer, words.Vocabulary):
+    ids, lengths = words.encode(texts, tokenizer, max_length=max_length, keep="start")
+    ids = np.pad(ids, [(0, 0), (0, max_length - ids.shape[1])])
+    return ids, (np.arange(max_length)[None, :] < lengths[:, None]).astype(np.int32)
   enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length",
                   return_attention_mask=True, return_token_type_ids=False)
   return (np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32))

@@ -18,6 +18,7 @@ from convfit_jax.evaluators import byte_error
 from convfit_jax.models import byte_autoencoder as ba
 from convfit_jax.models import conv_encoder, recursive_conv as rc
 from convfit_jax.train import byte_autoencoder as task
+from convfit_jax.train.workdir import read_scalars
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -155,6 +156,8 @@ def test_tiny_autoencoder_overfits_sentences_and_a_killed_run_resumes_bit_identi
     np.testing.assert_array_equal(again[k], first[k], err_msg=k)
   assert json.loads((run / "metrics.json").read_text())["byte_error"] <= m["byte_error"] + 1e-9
   assert (run / "byte_error_by_length_after.png").is_file()
+  curve = read_scalars(run)["train/byte_error"]  # logged beside the loss, read back
+  assert [s for s, _ in curve][-1] == 150 and curve[-1][1] < curve[0][1]
 
 
 def _word_encoder(padding, bow="none", length=16):

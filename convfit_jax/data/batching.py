@@ -60,17 +60,12 @@ class SentenceTable:
     return self.attention_mask.sum(1)
 
   @classmethod
-  def from_texts(cls, tokenizer, texts: Sequence[str], max_length: int = 48) -> SentenceTable:
+  def from_texts(cls, tokenizer, texts: Sequence[str], max_length: int = 48, packs: bool = True
+                 ) -> SentenceTable:
+    """`texts` tokenised (`tokenization.tokenize`: a transformers tokenizer or a word
+    vocabulary) to `max_length`; `packs` as the model declares (`Built.packs`)."""
     ids, mask = tokenize(tokenizer, texts, max_length)
-    return cls(ids, mask)
-
-  @classmethod
-  def from_inputs(cls, inputs: dict[str, np.ndarray], width: int, packs: bool = True
-                  ) -> SentenceTable:
-    """A model's {"input_ids", "attention_mask"} [n, L <= width] (a model module's
-    `text_inputs`), padded to `width`."""
-    pad = [(0, 0), (0, width - inputs["input_ids"].shape[1])]
-    return cls(np.pad(inputs["input_ids"], pad), np.pad(inputs["attention_mask"], pad), packs)
+    return cls(ids, mask, packs)
 
 
 class PairBatch(NamedTuple):

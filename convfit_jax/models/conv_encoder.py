@@ -133,14 +133,10 @@ def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, ids: jax.A
 def inputs(vocabulary: words.Vocabulary, texts: Sequence[str], max_length: int
            ) -> dict[str, np.ndarray]:
   """texts -> {"input_ids", "attention_mask"} [n, L] int32: the first `max_length` words
-  (an empty text is one unknown word), L the smallest power of two >= 2 that holds the longest."""
-  rows = [vocabulary.ids(words.tokenize(t)[:max_length]) or [1] for t in texts]
-  longest = max((len(r) for r in rows), default=1)
-  width = min(max(1 << (longest - 1).bit_length(), 2), max(max_length, 2))
-  ids = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, :len(r)] = r
-  return {"input_ids": ids, "attention_mask": (ids > 0).astype(np.int32)}
+  (`words.encode`: an empty text is one unknown word; L a bounded padded width)."""
+  ids, lengths = words.encode(texts, vocabulary, max_length=max_length, keep="start")
+  return {"input_ids": ids,
+          "attention_mask": (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)}
 
 
 class ConvTextEncoder:

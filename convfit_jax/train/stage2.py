@@ -186,9 +186,8 @@ class Stage2:
     self.counts["total_steps"] = self.total_steps
     logging.info("%s: %d training examples, %d intents; %s; %d steps", data.name,
                  len(data.train), data.num_labels, layout, self.total_steps)
-    width = config.model.max_length
-    self.table = batching.SentenceTable.from_inputs(
-        self.module.text_inputs(self.built, width)(data.train.texts), width, self.built.packs)
+    self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
+                                                   config.model.max_length, self.built.packs)
 
   @functools.cached_property
   def rows(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging as py_logging
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -119,3 +120,19 @@ def summary(line: str) -> None:
   logging.info("%s", line, extra=FILE_ONLY)
   if is_main_process():
     print(line, file=sys.stdout, flush=True)
+
+
+def read_scalars(workdir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+  """The TensorBoard scalars of a run's workdir, read back without TensorFlow: each event
+  file is a sequence of records (length u64, its CRC u32, an `Event` protobuf, its CRC u32)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  out: dict[str, list[tuple[int, float]]] = {}
+  for path in sorted(Path(workdir, "tensorboard").glob("events.out.tfevents.*")):
+    data, i = path.read_bytes(), 0
+    while i + 12 <= len(data):
+      (n,) = struct.unpack("<Q", data[i:i + 8])
+      event = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
+      i += 12 + n + 4
+      for value in event.summary.value:
+        out.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+  return out
