@@ -95,3 +95,21 @@ def test_a_sharded_step_with_batchnorm_equals_one_device(tmp_path, padding):
   # BatchNorm's statistics are of the global batch on 8 devices too.
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
                outs[0][1], outs[1][1])
+
+
+def test_conversations_train_it_through_the_input_response_task_not_stage1(tmp_path):
+  folder = write_data(tmp_path)
+  c = nli_config(folder, **{"train.batch_size": 32, "train.max_steps": 6,
+                            "model.embed_dim": 8, "model.length": 16, "model.max_length": 16,
+                            "model.response_ff": True})
+  with c.unlocked():
+    c.data.train = str(folder / "train.tsv")
+    c.evals.syn = common.response_selection_eval(file=str(folder / "rs.jsonl"), prefix="syn_", every=0)
+  m = input_response.train_and_evaluate(c)
+  assert m["num_pairs"] == 256 and m["steps"] == 6 and 0 <= m["syn_r_at_1"] <= 1
+  from configs import stage1 as stage1_config  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import stage1  # pylint: disable=import-outside-toplevel
+  s = stage1_config.get_config("runlocal")
+  s.model.encoder = "conv_encoder"
+  with pytest.raises(ValueError, match="Stage 1 trains Transformer encoders"):
+    stage1.Stage1(s, sharding.make_mesh())

@@ -144,6 +144,13 @@ def test_tiny_autoencoder_overfits_sentences_and_a_killed_run_resumes_bit_identi
   real = placed != ba.PAD
   assert ((preds != placed) & real).sum() == 0
   assert [ba.decode(p[r]) for p, r in zip(preds, real)] == trained
+  # The latent as a sentence vector, the same whatever the batch (eval mode).
+  assert ba.is_saved(run)
+  enc = ba.ByteTextEncoder(model)
+  vectors = enc.encode(trained[:5], batch_size=4, normalize=True)
+  assert vectors.shape == (5, 48 * 32)
+  np.testing.assert_allclose(enc.encode(trained[:5][::-1], batch_size=8, normalize=True)[::-1],
+                             vectors, rtol=1e-5, atol=1e-6)
   first = dict(np.load(run / "model" / "weights.npz"))
   assert any("mean" in k for k in first)  # BatchNorm statistics are exported
   # As if killed after the step-100 checkpoint: no export, no later checkpoint.

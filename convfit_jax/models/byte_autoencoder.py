@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 from convfit_jax.models import Built, recursive_conv, word_models
+from convfit_jax.models.heads import l2_normalize
 
 EOS, PAD = 256, 257
 CLASSES = 258
@@ -175,7 +176,44 @@ class Reconstructor:
     return preds, placed
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _latent(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, ids: jax.Array,
+            lengths: jax.Array) -> jax.Array:
+  model = nnx.merge(graphdef, state)
+  z = model.encode(model.place(ids, lengths))
+  z = z.reshape(z.shape[0], -1)
+  return l2_normalize(z) if normalize else z
+
+
+class ByteTextEncoder:
+  """The auto-encoder's latent (d * 2^r floats) as a sentence vector (`evaluators.TextEncoder`),
+  for the k-NN, STS and response-selection evaluators; a text's bytes past the model's
+  positions are cut at a character boundary."""
+
+  def __init__(self, model: ByteAutoencoder):
+    self.graphdef, self.state = nnx.split(model)
+    self.length = model.config.length
+    self.dim = model.latent_dim
+
+  def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None
+             ) -> np.ndarray:
+    out = np.zeros((len(texts), self.dim), np.float32)
+    for start in range(0, len(texts), batch_size):
+      chunk = [t.encode("utf-8")[:self.length - 1].decode("utf-8", errors="ignore")
+               for t in texts[start:start + batch_size]]
+      ids, lengths = byte_rows(chunk + [""] * (batch_size - len(chunk)), self.length)
+      out[start:start + len(chunk)] = np.asarray(
+          _latent(self.graphdef, bool(normalize), self.state, ids, lengths))[:len(chunk)]
+    return out
+
+
 CONFIG_FILE = "byte_autoencoder.json"
+
+
+def is_saved(path: str | os.PathLike) -> bool:
+  """Whether `path` (or its `model/` folder: a finished run's workdir) holds a saved auto-encoder."""
+  path = Path(path)
+  return (path / CONFIG_FILE).is_file() or (path / "model" / CONFIG_FILE).is_file()
 
 
 def save(model: ByteAutoencoder, folder: str | os.PathLike) -> None:

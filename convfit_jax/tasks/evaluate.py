@@ -7,7 +7,8 @@ finished rerank run's workdir (`configs/rerank_*.py`) scores response-selection 
 with that reranker, in `model.dtype`; `"glove"` is the bag-of-vectors text encoder
 (the mean GloVe vector of `GLOVE`), a DAN run's workdir (`configs/input_response.py`
 with encoder=dan) that DAN, and a recursive convolutional encoder's run
-(`configs/conv_encoder.py`) that encoder.
+(`configs/conv_encoder.py`) that encoder, and a byte auto-encoder's run
+(`configs/byte_autoencoder.py`) its latent.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from absl import logging
 from convfit_jax import evaluators, models
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators.response_selection import BiEncoderScorer, TfidfScorer
-from convfit_jax.models import conv_encoder, dan
+from convfit_jax.models import byte_autoencoder, conv_encoder, dan
 from convfit_jax.train import rerank
 from convfit_jax.train.workdir import Workdir, summary
 
@@ -38,6 +39,8 @@ def _text_predictors(config: ml_collections.ConfigDict) -> dict[str, Any]:
     encoder = dan.load(config.model.init_from)
   elif conv_encoder.is_saved(config.model.init_from):
     encoder = conv_encoder.load(config.model.init_from)
+  elif byte_autoencoder.is_saved(config.model.init_from):
+    encoder = byte_autoencoder.ByteTextEncoder(byte_autoencoder.load(config.model.init_from))
   else:
     built = models.get(config.model.name).build(config.model, seed=config.seed)
     encoder = Encoder(built.model, built.tokenizer, max_length=config.model.max_length,

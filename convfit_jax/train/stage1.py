@@ -149,6 +149,11 @@ class Stage1:
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
     self.title = "Stage 1"
+    if config.model.get("encoder", "sentence") != "sentence":
+      # The gradient cache replays chunks and keeps no model state (BatchNorm statistics).
+      raise ValueError(f"config.model.encoder={config.model.encoder!r}: Stage 1 trains "
+                       "Transformer encoders; train other encoders on conversation pairs "
+                       "with configs/input_response.py (the same loss over the global batch)")
     self.cfg = LossConfig.from_config(config, mesh.shape[sharding.DATA])
     self.built = models.get(config.model.name).build(config.model, seed=config.seed)
     d = config.data
