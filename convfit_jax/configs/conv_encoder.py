@@ -49,6 +49,7 @@ def model_config(a: ml_collections.ConfigDict, name: str) -> ml_collections.Conf
   m.bow = a.bow  # none | plus (the paper's "+ BoW") | only (the BoW baseline)
   m.shared = a.shared  # one set of recursive weights; False: the static model
   m.momentum = 0.9  # BatchNorm running averages
+  m.zero_init = True  # residual blocks start as the identity: the vector starts at the words' scale
   m.max_length = 64  # words read per sentence
   m.dtype = "float32"
   return m

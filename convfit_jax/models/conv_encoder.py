@@ -56,7 +56,9 @@ class ConvSentenceEncoder(nnx.Module):
     """vocab_size; embed_dim: the word vectors' and every conv's width; layers: N convs
     per group; length: 2^K positions, K recursions; padding: `PADDINGS`; bow: `BOW`;
     shared: one set of recursive weights (False: the static model);
-    freeze_embeddings; momentum: BatchNorm's."""
+    freeze_embeddings; momentum: BatchNorm's; zero_init: every residual block starts as
+    the identity (`recursive_conv.ResidualBlock`), so the sentence vector starts at the
+    word vectors' scale instead of growing with the 28 blocks of N = 8."""
     vocab_size: int
     embed_dim: int = 300
     layers: int = 8
@@ -66,6 +68,7 @@ class ConvSentenceEncoder(nnx.Module):
     shared: bool = True
     freeze_embeddings: bool = True
     momentum: float = 0.9
+    zero_init: bool = True
 
   def __init__(self, config: ConvSentenceEncoder.Config, *, rngs: nnx.Rngs,
                embeddings: np.ndarray | None = None):
@@ -80,7 +83,7 @@ class ConvSentenceEncoder(nnx.Module):
                                              embeddings=embeddings)
     self.encoder = recursive_conv.RecursiveEncoder(
         config.embed_dim, config.layers, self.recursions, shared=config.shared,
-        momentum=config.momentum, rngs=rngs)
+        momentum=config.momentum, zero_init=config.zero_init, rngs=rngs)
 
   @property
   def dim(self) -> int:

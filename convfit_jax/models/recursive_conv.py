@@ -93,8 +93,10 @@ def _conv(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Conv:
                   kernel_init=nnx.initializers.kaiming_normal(), rngs=rngs)
 
 
-def _norms(d: int, count: int, momentum: float, rngs: nnx.Rngs) -> nnx.List:
-  return nnx.List([nnx.BatchNorm(d, momentum=momentum, rngs=rngs) for _ in range(count)])
+def _norms(d: int, count: int, momentum: float, rngs: nnx.Rngs, zero: bool = False) -> nnx.List:
+  init = nnx.initializers.zeros_init() if zero else nnx.initializers.ones_init()
+  return nnx.List([nnx.BatchNorm(d, momentum=momentum, scale_init=init, rngs=rngs)
+                   for _ in range(count)])
 
 
 def _masked(x: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -108,12 +110,15 @@ class ResidualBlock(nnx.Module):
     d: channels.
     applications: how many places use the block (BatchNorm statistics for each).
     momentum: BatchNorm's running-average momentum.
+    zero_init: the last BatchNorm's scale starts at 0, so the block starts as the identity
+      (Goyal et al. 2017): a deep stack then starts at its input's scale, not growing with depth.
   """
 
-  def __init__(self, d: int, applications: int, *, momentum: float, rngs: nnx.Rngs):
+  def __init__(self, d: int, applications: int, *, momentum: float, rngs: nnx.Rngs,
+               zero_init: bool = False):
     self.conv1, self.conv2 = _conv(d, d, rngs), _conv(d, d, rngs)
     self.norm1 = _norms(d, applications, momentum, rngs)
-    self.norm2 = _norms(d, applications, momentum, rngs)
+    self.norm2 = _norms(d, applications, momentum, rngs, zero_init)
 
   def __call__(self, x: jax.Array, application: int, mask: jax.Array | None = None) -> jax.Array:
     """[n, L, d] -> [n, L, d]; `mask` [n, L, 1] float32 (1 inside each sentence's window)
@@ -128,10 +133,11 @@ class ExpandBlock(nnx.Module):
   """The decoder's first block: conv to 2d -> BN -> ReLU -> `expand` -> conv -> BN, + the
   input stacked with itself and expanded (each position twice), ReLU."""
 
-  def __init__(self, d: int, applications: int, *, momentum: float, rngs: nnx.Rngs):
+  def __init__(self, d: int, applications: int, *, momentum: float, rngs: nnx.Rngs,
+               zero_init: bool = False):
     self.conv1, self.conv2 = _conv(d, 2 * d, rngs), _conv(d, d, rngs)
     self.norm1 = _norms(2 * d, applications, momentum, rngs)
-    self.norm2 = _norms(d, applications, momentum, rngs)
+    self.norm2 = _norms(d, applications, momentum, rngs, zero_init)
 
   def __call__(self, x: jax.Array, application: int, mask: jax.Array | None = None) -> jax.Array:
     """[n, L, d] -> [n, 2L, d]."""
@@ -148,10 +154,11 @@ class Group(nnx.Module):
   Args:
     d: channels.
     layers: N convs (even); `expand_first` makes the first two an `ExpandBlock`.
+    zero_init: blocks start as the identity (`ResidualBlock`).
   """
 
   def __init__(self, d: int, layers: int, applications: int, *, shared: bool, momentum: float,
-               rngs: nnx.Rngs, expand_first: bool = False):
+               rngs: nnx.Rngs, expand_first: bool = False, zero_init: bool = False):
     if layers < 2 or layers % 2:
       raise ValueError(f"model.layers={layers}: an even number >= 2 (residual blocks of two)")
     self.shared = shared
@@ -160,7 +167,8 @@ class Group(nnx.Module):
 
     def blocks():
       kinds = [ExpandBlock if expand_first and b == 0 else ResidualBlock for b in range(layers // 2)]
-      return nnx.List([k(d, norms_each, momentum=momentum, rngs=rngs) for k in kinds])
+      return nnx.List([k(d, norms_each, momentum=momentum, rngs=rngs, zero_init=zero_init)
+                       for k in kinds])
 
     self.sets = nnx.List([blocks() for _ in range(weight_sets)])
 
@@ -181,13 +189,15 @@ class RecursiveEncoder(nnx.Module):
     recursions: R.
     shared: one set of recursive weights (the paper's model) or R (static).
     momentum: BatchNorm's.
+    zero_init: blocks start as the identity (`ResidualBlock`).
   """
 
   def __init__(self, d: int, layers: int, recursions: int, *, shared: bool = True,
-               momentum: float = 0.9, rngs: nnx.Rngs):
+               momentum: float = 0.9, zero_init: bool = False, rngs: nnx.Rngs):
     self.recursions = recursions
-    self.prefix = Group(d, layers, 1, shared=True, momentum=momentum, rngs=rngs)
-    self.recursive = Group(d, layers, recursions, shared=shared, momentum=momentum, rngs=rngs)
+    kw = dict(momentum=momentum, rngs=rngs, zero_init=zero_init)
+    self.prefix = Group(d, layers, 1, shared=True, **kw)
+    self.recursive = Group(d, layers, recursions, shared=shared, **kw)
 
   def __call__(self, x: jax.Array, depth: jax.Array | None = None) -> jax.Array:
     """Encodes embedded rows.
