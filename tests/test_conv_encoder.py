@@ -13,10 +13,9 @@ from convfit_jax.configs import common
 from convfit_jax.data import packing
 from convfit_jax.models import conv_encoder
 from convfit_jax.tasks import evaluate
-from convfit_jax.train import input_response, stage2, trainer
-from convfit_jax.train.input_response import InputResponseTask
+from convfit_jax.train import input_response, stage2
 
-from test_input_response import write_data
+from test_input_response import first_step_on_one_and_all_devices, write_data
 
 
 def nli_config(folder, arg="runlocal", **extra):
@@ -48,12 +47,13 @@ def test_one_sentence_per_row_when_the_model_does_not_pack():
 
 def test_nli_training_learns_exports_reloads_and_feeds_stage2(tmp_path):
   folder = write_data(tmp_path)
-  c = nli_config(folder, **{"train.max_steps": 60, "train.checkpoint_every": 30,
+  c = nli_config(folder, **{"train.max_steps": 90, "train.checkpoint_every": 30,
+                            "train.learning_rate": 3e-3,
                             "model.embed_dim": 16, "model.length": 16, "model.max_length": 16,
                             "model.nli_hidden": (32,)})
   m = input_response.train_and_evaluate(c)
   assert m["nli_accuracy"] > 0.9  # the hypothesis's form decides the label
-  assert m["num_pairs"] == 0 and m["num_nli_pairs"] == 480 and m["steps"] == 60
+  assert m["num_pairs"] == 0 and m["num_nli_pairs"] == 480 and m["steps"] == 90
   assert "conversation_loss" not in str(m)
   # The exported encoder is the evaluate task's: the same STS figures.
   e = evaluate_config.get_config(f"sts,init_from={tmp_path / 'run'}")
@@ -82,14 +82,7 @@ def test_a_sharded_step_with_batchnorm_equals_one_device(tmp_path, padding):
   folder = write_data(tmp_path)
   c = nli_config(folder, **{"model.embed_dim": 8, "model.length": 16, "model.max_length": 16,
                             "model.padding": padding})
-  outs = []
-  for mesh in (sharding.make_mesh(devices=jax.devices()[:1]), sharding.make_mesh()):
-    task = InputResponseTask(c, mesh)
-    state, _ = trainer.init_state(c, task.built.model, task.total_steps, mesh)
-    step = trainer.make_train_step(task.loss_and_grads, mesh)
-    state, m = step(state, task.device_batch(next(task.batches(0))))
-    outs.append((jax.device_get(m), jax.device_get((state.params, state.model_state))))
-  assert jax.device_count() == 8
+  outs = first_step_on_one_and_all_devices(c)
   for k in ("loss", "nli_loss", "grad_norm"):
     assert float(outs[1][0][k]) == pytest.approx(float(outs[0][0][k]), rel=1e-5)
   # BatchNorm's statistics are of the global batch on 8 devices too.

@@ -169,17 +169,23 @@ def test_both_streams_are_a_function_of_the_seed_and_step(tmp_path):
   assert part.nli.hypotheses != make(1, **{"data.nli_fraction": 0.25}).nli.hypotheses
 
 
-def test_a_sharded_step_equals_one_device(tmp_path):
-  folder = write_data(tmp_path)
-  c = config_for(folder, "encoder=dan,multitask,runlocal")
+def first_step_on_one_and_all_devices(c) -> list[tuple[dict, tuple]]:
+  """The first step of the input-response task of `c` on one device, then on all 8:
+  [(its metrics, (params, model_state))] for each."""
   outs = []
   for mesh in (sharding.make_mesh(devices=jax.devices()[:1]), sharding.make_mesh()):
     task = InputResponseTask(c, mesh)
     state, _ = trainer.init_state(c, task.built.model, task.total_steps, mesh)
     step = trainer.make_train_step(task.loss_and_grads, mesh)
     state, m = step(state, task.device_batch(next(task.batches(0))))
-    outs.append((jax.device_get(m), jax.device_get(state.params)))
+    outs.append((jax.device_get(m), jax.device_get((state.params, state.model_state))))
   assert jax.device_count() == 8
+  return outs
+
+
+def test_a_sharded_step_equals_one_device(tmp_path):
+  folder = write_data(tmp_path)
+  outs = first_step_on_one_and_all_devices(config_for(folder, "encoder=dan,multitask,runlocal"))
   for k in ("loss", "conversation_loss", "nli_loss", "grad_norm"):
     assert float(outs[1][0][k]) == pytest.approx(float(outs[0][0][k]), rel=1e-5)
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), outs[0][1], outs[1][1])

@@ -3,7 +3,6 @@ weights with BatchNorm per recursion, the byte auto-encoder learning and resumin
 word-level encoder's width and masking."""
 
 import json
-import shutil
 from pathlib import Path
 
 import jax
@@ -19,6 +18,8 @@ from convfit_jax.models import byte_autoencoder as ba
 from convfit_jax.models import conv_encoder, recursive_conv as rc
 from convfit_jax.train import byte_autoencoder as task
 from convfit_jax.train.workdir import read_scalars
+
+from resume import weights_before_and_after_a_kill
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -151,14 +152,8 @@ def test_tiny_autoencoder_overfits_sentences_and_a_killed_run_resumes_bit_identi
   assert vectors.shape == (5, 48 * 32)
   np.testing.assert_allclose(enc.encode(trained[:5][::-1], batch_size=8, normalize=True)[::-1],
                              vectors, rtol=1e-5, atol=1e-6)
-  first = dict(np.load(run / "model" / "weights.npz"))
+  first, again = weights_before_and_after_a_kill(run, 150, lambda: task.train_and_evaluate(c))
   assert any("mean" in k for k in first)  # BatchNorm statistics are exported
-  # As if killed after the step-100 checkpoint: no export, no later checkpoint.
-  shutil.rmtree(run / "model")
-  shutil.rmtree(run / "checkpoints" / "150")
-  task.train_and_evaluate(c)
-  again = dict(np.load(run / "model" / "weights.npz"))
-  assert first.keys() == again.keys()
   for k in first:
     np.testing.assert_array_equal(again[k], first[k], err_msg=k)
   assert json.loads((run / "metrics.json").read_text())["byte_error"] <= m["byte_error"] + 1e-9

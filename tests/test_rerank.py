@@ -2,7 +2,6 @@
 cases; the cross-encoder trains and exports; inputs are cut as documented."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -16,6 +15,8 @@ from convfit_jax.data.conversations import read_response_selection
 from convfit_jax.evaluators.metrics import response_selection_metrics as metrics_of
 from convfit_jax.tasks import evaluate, retrieve_rerank
 from convfit_jax.train import rerank
+
+from resume import weights_before_and_after_a_kill
 
 TOPICS = ("wifi", "printer", "sound", "mount", "kernel", "grub", "python", "apache", "nvidia",
           "samba", "firefox", "cron")
@@ -69,13 +70,7 @@ def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_p
   assert set(m) >= {"syn_r10_at_1", "syn_r10_at_2", "syn_r10_at_5", "syn_mrr", "syn_r10_at_1_before"}
   assert m["syn_r10_at_1"] >= 0.9 > m["syn_r10_at_1_before"]
   run = tmp_path / "run"
-  first = dict(np.load(run / "model" / "weights.npz"))
-  # As if killed after the step-480 checkpoint: no export, no later checkpoint.
-  shutil.rmtree(run / "model")
-  shutil.rmtree(run / "checkpoints" / "640")
-  rerank.train_and_evaluate(c)
-  again = dict(np.load(run / "model" / "weights.npz"))
-  assert first.keys() == again.keys()
+  first, again = weights_before_and_after_a_kill(run, 640, lambda: rerank.train_and_evaluate(c))
   for k in first:
     np.testing.assert_allclose(again[k], first[k], atol=1e-6, err_msg=k)
 

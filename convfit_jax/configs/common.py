@@ -172,6 +172,18 @@ def sts_data(c: ml_collections.ConfigDict) -> None:
   c.data.sick_dir = SICK_DIR  # SICK test.tsv for SICK-R; "" leaves it out
 
 
+def trim_evals_for_runlocal(c: ml_collections.ConfigDict) -> None:
+  """A smoke run's evaluations: 100 response-selection cases, 300 NLI pairs, 2 STS
+  adaptation epochs (where the blocks have them)."""
+  for e in c.evals.values():
+    if "num_cases" in e:
+      e.num_cases = 100
+    if "max_pairs" in e:
+      e.max_pairs = 300
+    if "adapt_epochs" in e:
+      e.adapt_epochs = 2
+
+
 def mesh_and_distributed(c: ml_collections.ConfigDict) -> None:
   """Adds the `mesh` and `distributed` blocks every training config has."""
   c.mesh = ml_collections.ConfigDict()

@@ -116,10 +116,7 @@ def nli_config(a: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.train.checkpoint_every = 10
     c.train.log_every = 5
     c.model.layers = 2
-    c.evals.sts.adapt_epochs = 2
-    for e in c.evals.values():
-      if "max_pairs" in e:
-        e.max_pairs = 300
+    common.trim_evals_for_runlocal(c)
   return c
 
 

@@ -120,11 +120,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.nli_batch_size = 16 if a.multitask else 0
     c.train.checkpoint_every = 10
     c.train.log_every = 5
-    c.evals.sts.adapt_epochs = 2
-    for e in c.evals.values():
-      if "num_cases" in e:
-        e.num_cases = 100
-      if "max_pairs" in e:
-        e.max_pairs = 300
+    common.trim_evals_for_runlocal(c)
   c.lock()
   return c

@@ -24,7 +24,6 @@ sentence per row. `config.model.encoder = "conv_encoder"` in the input-response 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -37,7 +36,6 @@ from flax import nnx
 
 from convfit_jax.data import words
 from convfit_jax.models import Built, recursive_conv, word_models
-from convfit_jax.models.heads import l2_normalize
 
 PADDINGS = ("balanced", "right", "variable")
 BOW = ("none", "plus", "only")
@@ -126,13 +124,6 @@ class ConvSentenceEncoder(nnx.Module):
     return x if slots is None else x[slots[:, 0]]
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, ids: jax.Array,
-           mask: jax.Array) -> jax.Array:
-  x = nnx.merge(graphdef, state)(ids, mask)
-  return l2_normalize(x) if normalize else x
-
-
 def inputs(vocabulary: words.Vocabulary, texts: Sequence[str], max_length: int
            ) -> dict[str, np.ndarray]:
   """texts -> {"input_ids", "attention_mask"} [n, L] int32: the first `max_length` words
@@ -142,34 +133,15 @@ def inputs(vocabulary: words.Vocabulary, texts: Sequence[str], max_length: int
           "attention_mask": (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)}
 
 
-class ConvTextEncoder:
+class ConvTextEncoder(word_models.WordTextEncoder):
   """A `ConvSentenceEncoder` as a text encoder (`evaluators.TextEncoder`, Stage 2's
   `encoder`): texts -> [n, dim] float32, in eval mode (BatchNorm's running statistics)."""
 
   def __init__(self, model: ConvSentenceEncoder, vocabulary: words.Vocabulary, *,
                max_length: int):
-    self.model, self.vocabulary = model, vocabulary
+    self.vocabulary = vocabulary
     self.max_length = min(max_length, model.config.length)
-    self._graphdef = nnx.graphdef(model)
-
-  @property
-  def dim(self) -> int:
-    return self.model.dim
-
-  def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None
-             ) -> np.ndarray:
-    """Texts in calls of `batch_size` * 8 sentences (the model is cheap per sentence); the
-    last call is padded with empty texts so every call has one shape per width."""
-    state = nnx.state(self.model)
-    out = np.zeros((len(texts), self.dim), np.float32)
-    step = batch_size * 8
-    for start in range(0, len(texts), step):
-      chunk = list(texts[start:start + step])
-      x = inputs(self.vocabulary, chunk + [""] * (step - len(chunk)), self.max_length)
-      out[start:start + len(chunk)] = np.asarray(
-          _embed(self._graphdef, bool(normalize), state, x["input_ids"], x["attention_mask"])
-      )[:len(chunk)]
-    return out
+    super().__init__(model, lambda texts: inputs(vocabulary, texts, self.max_length))
 
   def save_pretrained(self, folder: str | os.PathLike) -> str:
     """Writes `word_model.json`, `vocab.txt` and `weights.npz` (BatchNorm statistics and

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import json
 import os
 from pathlib import Path
@@ -139,36 +138,12 @@ class DAN(nnx.Module):
     return x
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State, word_ids: jax.Array,
-           bigram_ids: jax.Array) -> jax.Array:
-  x = nnx.merge(graphdef, state)(word_ids, bigram_ids)
-  return l2_normalize(x) if normalize else x
-
-
-class DanEncoder:
+class DanEncoder(word_models.WordTextEncoder):
   """A DAN as a text encoder (`evaluators.TextEncoder`): texts -> [n, dim] float32."""
 
   def __init__(self, model: DAN, vocabulary: DanVocabulary, *, max_length: int):
-    self.model, self.vocabulary, self.max_length = model, vocabulary, max_length
-    self._graphdef = nnx.graphdef(model)
-
-  @property
-  def dim(self) -> int:
-    return self.model.dim
-
-  def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None
-             ) -> np.ndarray:
-    """Texts in calls of `batch_size` * 8 (the model is cheap per text), padded per call."""
-    state = nnx.state(self.model)
-    out = np.zeros((len(texts), self.dim), np.float32)
-    step = batch_size * 8
-    for start in range(0, len(texts), step):
-      chunk = list(texts[start:start + step])
-      inputs = self.vocabulary.inputs(chunk + [""] * (step - len(chunk)), self.max_length)
-      x = _embed(self._graphdef, bool(normalize), state, inputs["word_ids"], inputs["bigram_ids"])
-      out[start:start + len(chunk)] = np.asarray(x[:len(chunk)])
-    return out
+    super().__init__(model, lambda texts: vocabulary.inputs(texts, max_length))
+    self.vocabulary, self.max_length = vocabulary, max_length
 
 
 def text_inputs(built: Built, max_length: int) -> Callable[[Sequence[str]], dict]:

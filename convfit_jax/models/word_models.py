@@ -10,6 +10,7 @@ module what `train.rerank` calls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from flax import nnx
 
 from convfit_jax.data import words
 from convfit_jax.models import Built, PairInputs, sentence
+from convfit_jax.models.heads import l2_normalize
 
 CONFIG_FILE = "word_model.json"
 
@@ -70,6 +72,43 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
     return {"context_ids": c, "context_lengths": cl, "response_ids": r, "response_lengths": rl}
 
   return PairInputs(inputs)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _embed(graphdef: nnx.GraphDef, normalize: bool, state: nnx.State,
+           inputs: dict[str, jax.Array]) -> jax.Array:
+  x = nnx.merge(graphdef, state)(**inputs)
+  return l2_normalize(x) if normalize else x
+
+
+class WordTextEncoder:
+  """A word-level model (the DAN, the convolutional encoder) as a text encoder
+  (`evaluators.TextEncoder`): texts -> [n, dim] float32, in the model's current mode.
+
+  Args:
+    model: the network, with a `dim`.
+    inputs: texts -> the model's keyword inputs.
+  """
+
+  def __init__(self, model: nnx.Module, inputs: Callable[[Sequence[str]], dict[str, np.ndarray]]):
+    self.model, self.inputs = model, inputs
+
+  @property
+  def dim(self) -> int:
+    return self.model.dim
+
+  def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None
+             ) -> np.ndarray:
+    """Calls of `batch_size` * 8 texts (these models are cheap per text); the last is
+    padded with empty texts, so each input width compiles once."""
+    graphdef, state = nnx.split(self.model)
+    out = np.zeros((len(texts), self.dim), np.float32)
+    step = batch_size * 8
+    for start in range(0, len(texts), step):
+      chunk = list(texts[start:start + step])
+      x = _embed(graphdef, bool(normalize), state, self.inputs(chunk + [""] * (step - len(chunk))))
+      out[start:start + len(chunk)] = np.asarray(x[:len(chunk)])
+    return out
 
 
 def save_weights(model: nnx.Module, path: Path) -> None:
