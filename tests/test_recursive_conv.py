@@ -84,6 +84,13 @@ def test_shared_recursion_has_one_set_of_weights_and_batchnorm_per_depth():
   np.testing.assert_array_equal(after[2], before[2])
   assert not np.allclose(after[1], before[1])
 
+  # The ablation: shared weights sharing one set of statistics for every depth.
+  one = rc.RecursiveEncoder(4, 2, 3, norm_per_recursion=False, momentum=0.5, rngs=nnx.Rngs(0))
+  assert len(one.recursive.sets[0][0].norm1) == 1
+  one.train()
+  one(x)
+  assert np.abs(_bn_stats(one.recursive)[0]).sum() > 0
+
   static = rc.RecursiveEncoder(4, 2, 3, shared=False, momentum=0.5, rngs=nnx.Rngs(0))
   assert len(static.recursive.sets) == 3
   assert all(len(s[0].norm1) == 1 for s in static.recursive.sets)

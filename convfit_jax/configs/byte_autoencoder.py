@@ -3,13 +3,15 @@
   python -m convfit_jax.main --config=configs/byte_autoencoder.py                  # CPU size
   python -m convfit_jax.main --config=configs/byte_autoencoder.py:padding=right    # unbalanced
   python -m convfit_jax.main --config=configs/byte_autoencoder.py:shared=false     # static
+  python -m convfit_jax.main --config=configs/byte_autoencoder.py:norm_per_recursion=false
   python -m convfit_jax.main --config=configs/byte_autoencoder.py:size=paper       # accelerator
   python -m convfit_jax.main --config=configs/byte_autoencoder.py:runlocal         # smoke run
 
 Arguments: size (cpu: 2^K = 256 bytes, d = 128, N = 2 convs per group, latent 16 x 128;
 paper: 2^K = 1024, d = 256, N = 8, latent 4 x 256 = 1,024 floats, 6.70M parameters),
 padding (balanced | right), shared (false: the static model, weights of its own for
-each recursion), steps, learning_rate, seed, workdir, runlocal.
+each recursion), norm_per_recursion (false: one set of BatchNorm statistics for every
+depth, the ablation of the paper's per-recursion statistics), steps, learning_rate, seed, workdir, runlocal.
 
 Training as the paper: SGD with momentum 0.5, batches of 32, global-norm clipping, a
 high learning rate, x 0.1 steps after the first part of training (the paper: every
@@ -33,13 +35,15 @@ SIZES = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, "configs/byte_autoencoder.py", size="cpu", padding="balanced",
-                       shared=True, steps=0, learning_rate=0.0, seed=0, workdir="", runlocal=False)
+                       shared=True, norm_per_recursion=True, steps=0, learning_rate=0.0, seed=0,
+                       workdir="", runlocal=False)
   if a.size not in SIZES:
     raise ValueError(f"configs/byte_autoencoder.py: size={a.size!r}; one of {sorted(SIZES)}")
   size = SIZES[a.size]
   c = ml_collections.ConfigDict()
   c.task = "byte_autoencoder"
-  name = f"{a.size}_{a.padding}_{'shared' if a.shared else 'static'}"
+  name = (f"{a.size}_{a.padding}_{'shared' if a.shared else 'static'}"
+          + ("" if a.norm_per_recursion else "_one_norm"))
   c.workdir = a.workdir or f"workdirs/byte_autoencoder/{name}_seed{a.seed}"
   c.seed = a.seed
 
@@ -52,6 +56,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.padding = a.padding  # balanced (the paper's Figure 2) or right
   c.model.shared = a.shared  # one set of recursive weights; False: the static model
   c.model.momentum = 0.9  # BatchNorm running averages
+  # BatchNorm statistics for each recursion (the paper's); False: one set for every depth
+  c.model.norm_per_recursion = a.norm_per_recursion
 
   c.data = ml_collections.ConfigDict()
   c.data.train = f"{ENWIKI}/train.tsv"  # column `sentence`; longer than 2^K - 1 bytes: left out

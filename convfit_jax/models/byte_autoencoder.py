@@ -82,7 +82,9 @@ class ByteAutoencoder(nnx.Module):
   class Config:
     """d: channels; layers: N convs per group; length: 2^K positions; latent_positions:
     2^r (the latent has d * 2^r floats); padding: "balanced" or "right"; shared: one set
-    of recursive weights (False: the static model); momentum: BatchNorm's."""
+    of recursive weights (False: the static model); momentum: BatchNorm's;
+    norm_per_recursion: BatchNorm statistics per recursion (the paper's; False: one set
+    for every depth)."""
     d: int = 256
     layers: int = 8
     length: int = 1024
@@ -90,6 +92,7 @@ class ByteAutoencoder(nnx.Module):
     padding: str = "balanced"
     shared: bool = True
     momentum: float = 0.9
+    norm_per_recursion: bool = True
 
   def __init__(self, config: ByteAutoencoder.Config, *, rngs: nnx.Rngs):
     if config.padding not in recursive_conv.PADDINGS:
@@ -99,7 +102,8 @@ class ByteAutoencoder(nnx.Module):
     if r > k:
       raise ValueError(f"model.latent_positions={config.latent_positions} > model.length={config.length}")
     self.config = config
-    kw = dict(shared=config.shared, momentum=config.momentum, rngs=rngs)
+    kw = dict(shared=config.shared, momentum=config.momentum,
+              norm_per_recursion=config.norm_per_recursion, rngs=rngs)
     self.embed = nnx.Embed(CLASSES, config.d, rngs=rngs)
     self.encoder = recursive_conv.RecursiveEncoder(config.d, config.layers, k - r, **kw)
     self.decoder = recursive_conv.RecursiveDecoder(config.d, config.layers, k - r, **kw)

@@ -154,27 +154,30 @@ class Group(nnx.Module):
   Args:
     d: channels.
     layers: N convs (even); `expand_first` makes the first two an `ExpandBlock`.
+    norm_per_application: False: shared weights share their BatchNorms too (one set of
+      statistics for every depth: the ablation of the paper's per-recursion statistics).
     zero_init: blocks start as the identity (`ResidualBlock`).
   """
 
   def __init__(self, d: int, layers: int, applications: int, *, shared: bool, momentum: float,
-               rngs: nnx.Rngs, expand_first: bool = False, zero_init: bool = False):
+               rngs: nnx.Rngs, expand_first: bool = False, norm_per_application: bool = True,
+               zero_init: bool = False):
     if layers < 2 or layers % 2:
       raise ValueError(f"model.layers={layers}: an even number >= 2 (residual blocks of two)")
     self.shared = shared
+    self.norm_sets = applications if shared and norm_per_application else 1
     weight_sets = 1 if shared else applications
-    norms_each = applications if shared else 1
 
     def blocks():
       kinds = [ExpandBlock if expand_first and b == 0 else ResidualBlock for b in range(layers // 2)]
-      return nnx.List([k(d, norms_each, momentum=momentum, rngs=rngs, zero_init=zero_init)
+      return nnx.List([k(d, self.norm_sets, momentum=momentum, rngs=rngs, zero_init=zero_init)
                        for k in kinds])
 
     self.sets = nnx.List([blocks() for _ in range(weight_sets)])
 
   def __call__(self, x: jax.Array, application: int, mask: jax.Array | None = None) -> jax.Array:
     blocks = self.sets[0 if self.shared else application]
-    norm = application if self.shared else 0
+    norm = application if self.norm_sets > 1 else 0
     for block in blocks:
       x = block(x, norm, mask)
     return x
@@ -189,15 +192,18 @@ class RecursiveEncoder(nnx.Module):
     recursions: R.
     shared: one set of recursive weights (the paper's model) or R (static).
     momentum: BatchNorm's.
+    norm_per_recursion: BatchNorm statistics per recursion (the paper's); False: one set.
     zero_init: blocks start as the identity (`ResidualBlock`).
   """
 
   def __init__(self, d: int, layers: int, recursions: int, *, shared: bool = True,
-               momentum: float = 0.9, zero_init: bool = False, rngs: nnx.Rngs):
+               momentum: float = 0.9, norm_per_recursion: bool = True, zero_init: bool = False,
+               rngs: nnx.Rngs):
     self.recursions = recursions
     kw = dict(momentum=momentum, rngs=rngs, zero_init=zero_init)
     self.prefix = Group(d, layers, 1, shared=True, **kw)
-    self.recursive = Group(d, layers, recursions, shared=shared, **kw)
+    self.recursive = Group(d, layers, recursions, shared=shared,
+                           norm_per_application=norm_per_recursion, **kw)
 
   def __call__(self, x: jax.Array, depth: jax.Array | None = None) -> jax.Array:
     """Encodes embedded rows.
@@ -235,10 +241,10 @@ class RecursiveDecoder(nnx.Module):
   """`recursions` x (expand group), then the postfix group: [n, L, d] -> [n, L * 2^R, d]."""
 
   def __init__(self, d: int, layers: int, recursions: int, *, shared: bool = True,
-               momentum: float = 0.9, rngs: nnx.Rngs):
+               momentum: float = 0.9, norm_per_recursion: bool = True, rngs: nnx.Rngs):
     self.recursions = recursions
     self.recursive = Group(d, layers, recursions, shared=shared, momentum=momentum, rngs=rngs,
-                           expand_first=True)
+                           expand_first=True, norm_per_application=norm_per_recursion)
     self.postfix = Group(d, layers, 1, shared=True, momentum=momentum, rngs=rngs)
 
   def __call__(self, z: jax.Array) -> jax.Array:
