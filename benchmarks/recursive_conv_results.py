@@ -3,8 +3,9 @@
     python benchmarks/recursive_conv_results.py --autoencoders ROW=WORKDIR [ROW=WORKDIR ...]
         [--plot docs/byte_autoencoder.png] [--stage2 ROW=WORKDIR+WORKDIR+... ...]
 
-`--autoencoders`: finished `configs/byte_autoencoder.py` runs; the table gives byte error
-overall and by length bucket (metrics.json), the plot draws those bars side by side and
+`--autoencoders`: finished `configs/byte_autoencoder.py` runs; the table gives test byte
+error overall and by length bucket (metrics.json, eval mode) and the training batches' byte
+error of the last logged window (train mode: BatchNorm on batch statistics), the plot draws those bars side by side and
 the training batches' byte error (the logged window means, TensorBoard scalars) against the step. `--stage2`: finished Stage 2
 runs, one row per '+'-joined set of seeds: k-NN accuracy before and after, mean +- sd.
 Figures are percentages of the metrics' fractions.
@@ -42,14 +43,16 @@ def _metrics(workdir: Path) -> dict:
 def autoencoder_table(rows: list[tuple[str, Path]]) -> str:
   present = [(lo, hi) for lo, hi in BUCKETS
              if any(f"byte_error_{lo}_{hi}" in _metrics(p) for _, p in rows)]
-  head = ["run", "parameters", "steps", "byte error"] + [f"{lo}-{hi} B" for lo, hi in present]
-  lines = ["| " + " | ".join(head) + " | sentences exact |", "|---" * (len(head) + 1) + "|"]
+  head = (["run", "parameters", "steps", "test byte error"] + [f"{lo}-{hi} B" for lo, hi in present]
+          + ["sentences exact", "train byte error (last window)"])
+  lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
   for name, path in rows:
     m = _metrics(path)
     cells = [name, f"{m['num_params']:,}", str(m["steps"]), f"{100 * m['byte_error']:.2f}"]
     cells += [f"{100 * m[f'byte_error_{lo}_{hi}']:.2f}" if f"byte_error_{lo}_{hi}" in m else "-"
               for lo, hi in present]
     cells.append(f"{100 * (1 - m['sentence_error']):.1f}")
+    cells.append(f"{100 * read_scalars(path)['train/byte_error'][-1][1]:.2f}")
     lines.append("| " + " | ".join(cells) + " |")
   m = _metrics(rows[0][1])
   shares = ", ".join(f"{lo}-{hi} B {100 * m[f'fraction_{lo}_{hi}']:.1f}%" for lo, hi in present
