@@ -115,7 +115,7 @@ def test_evaluators_by_name_take_any_encoder_or_scorer(tmp_path):
   c.evals.rs.prefix = "sgd_"
   rs, _ = evaluators.from_config(c.evals, run_config=c, workdir=tmp_path)["rs"]
   assert rs({"response_scorer": Oracle()}, when="after")["sgd_r_at_1"] == 1.0
-  with pytest.raises(ValueError, match="known: intent_knn, nli, response_selection, sts"):
+  with pytest.raises(ValueError, match="known: byte_error, intent_knn, nli, response_selection, sts"):
     evaluators.get("bleu")
 
 
