@@ -97,8 +97,8 @@ class ByteAutoencoder(nnx.Module):
   def __init__(self, config: ByteAutoencoder.Config, *, rngs: nnx.Rngs):
     if config.padding not in recursive_conv.PADDINGS:
       raise ValueError(f"model.padding={config.padding!r}; one of {recursive_conv.PADDINGS}")
-    k = recursive_conv.check_width(config.length, 0)
-    r = recursive_conv.check_width(config.latent_positions, 0)
+    k = recursive_conv.log2_positions(config.length, "model.length")
+    r = recursive_conv.log2_positions(config.latent_positions, "model.latent_positions")
     if r > k:
       raise ValueError(f"model.latent_positions={config.latent_positions} > model.length={config.length}")
     self.config = config
@@ -216,8 +216,7 @@ CONFIG_FILE = "byte_autoencoder.json"
 
 def is_saved(path: str | os.PathLike) -> bool:
   """Whether `path` (or its `model/` folder: a finished run's workdir) holds a saved auto-encoder."""
-  path = Path(path)
-  return (path / CONFIG_FILE).is_file() or (path / "model" / CONFIG_FILE).is_file()
+  return word_models.saved_folder(path, CONFIG_FILE) is not None
 
 
 def save(model: ByteAutoencoder, folder: str | os.PathLike) -> None:
@@ -230,9 +229,7 @@ def save(model: ByteAutoencoder, folder: str | os.PathLike) -> None:
 
 def load(path: str | os.PathLike) -> ByteAutoencoder:
   """The auto-encoder `save` wrote; `path` is that folder or a finished run's workdir."""
-  folder = Path(path)
-  if not (folder / CONFIG_FILE).is_file():
-    folder = folder / "model"
+  folder = word_models.saved_folder(path, CONFIG_FILE) or Path(path)
   config = ByteAutoencoder.Config(**json.loads((folder / CONFIG_FILE).read_text()))
   model = word_models.load_weights(lambda: ByteAutoencoder(config, rngs=nnx.Rngs(0)),
                                    folder / "weights.npz")

@@ -75,7 +75,7 @@ class ConvSentenceEncoder(nnx.Module):
     if config.bow not in BOW:
       raise ValueError(f"model.bow={config.bow!r}; one of {BOW}")
     self.config = config
-    self.recursions = recursive_conv.check_width(config.length, 0)
+    self.recursions = recursive_conv.log2_positions(config.length, "model.length")
     self.embed = word_models.embedding_table(config.vocab_size, config.embed_dim,
                                              frozen=config.freeze_embeddings, rngs=rngs,
                                              embeddings=embeddings)
@@ -107,13 +107,13 @@ class ConvSentenceEncoder(nnx.Module):
     lengths = jnp.maximum(real.sum(axis=1), 1).astype(jnp.int32)
     ids = jnp.where(real, input_ids, 0)
     table = self.embed[...]
-    bow = jnp.einsum("nl,nld->nd", real.astype(table.dtype), table[ids]) / lengths[:, None]
+    if c.bow != "none":
+      bow = jnp.einsum("nl,nld->nd", real.astype(table.dtype), table[ids]) / lengths[:, None]
     if c.bow == "only":
       x = bow
     elif c.padding == "variable":
-      width = max(1 << (max(ids.shape[1], 2) - 1).bit_length(), 2)
-      depth = jnp.ceil(jnp.log2(lengths.astype(jnp.float32))).astype(jnp.int32)
-      depth = jnp.clip(depth + (jnp.left_shift(1, depth) < lengths), 1, None)
+      width = 1 << (max(ids.shape[1], 2) - 1).bit_length()
+      depth = jnp.maximum(recursive_conv.ceil_log2(lengths), 1)
       placed = jnp.pad(ids, [(0, 0), (0, width - ids.shape[1])])
       x = self.encoder(table[placed], depth=depth)
     else:
@@ -152,19 +152,13 @@ class ConvTextEncoder(word_models.WordTextEncoder):
 
 def is_saved(path: str | os.PathLike) -> bool:
   """Whether `path` (or its `model/` folder: a finished run's workdir) holds a saved encoder."""
-  path = Path(path)
-  return any(word_models.saved_class(p) == ConvSentenceEncoder.__name__
-             for p in (path, path / "model"))
-
-
-def _folder(path: str | os.PathLike) -> Path:
-  path = Path(path)
-  return path if word_models.saved_class(path) else path / "model"
+  folder = word_models.saved_folder(path)
+  return folder is not None and word_models.saved_class(folder) == ConvSentenceEncoder.__name__
 
 
 def load_built(path: str | os.PathLike) -> Built:
   """The encoder and vocabulary `ConvTextEncoder.save_pretrained` wrote (a folder or a run's workdir)."""
-  built = word_models.load(ConvSentenceEncoder, _folder(path))
+  built = word_models.load(ConvSentenceEncoder, word_models.saved_folder(path) or Path(path))
   built.model.eval()  # BatchNorm's running statistics; training sets its own mode
   built.packs = False
   return built

@@ -183,15 +183,12 @@ def save(built: Built, model: DAN, folder: str | os.PathLike, max_length: int) -
 
 def is_saved(path: str | os.PathLike) -> bool:
   """Whether `path` (or its `model/` folder: a finished run's workdir) holds a saved DAN."""
-  path = Path(path)
-  return (path / CONFIG_FILE).is_file() or (path / "model" / CONFIG_FILE).is_file()
+  return word_models.saved_folder(path, CONFIG_FILE) is not None
 
 
 def load(path: str | os.PathLike) -> DanEncoder:
   """The DAN `save` wrote, as a text encoder; `path` is that folder or a run's workdir."""
-  folder = Path(path)
-  if not (folder / CONFIG_FILE).is_file():
-    folder = folder / "model"
+  folder = word_models.saved_folder(path, CONFIG_FILE) or Path(path)
   fields = json.loads((folder / CONFIG_FILE).read_text())
   max_length = fields.pop("max_length")
   config = DAN.Config(**{**fields, "hidden": tuple(fields["hidden"])})

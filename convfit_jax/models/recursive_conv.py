@@ -27,6 +27,15 @@ from flax import nnx
 PADDINGS = ("balanced", "right")
 
 
+def ceil_log2(lengths: jax.Array) -> jax.Array:
+  """[n] int32 ceil(log2 n) of token counts n >= 1: the recursions that bring a sentence
+  padded to the next power of two down to one position."""
+  lengths = jnp.maximum(jnp.asarray(lengths, jnp.int32), 1)
+  k = jnp.ceil(jnp.log2(lengths.astype(jnp.float32))).astype(jnp.int32)
+  # float log2 is exact at powers of two; guard the rounding of any other length
+  return k + (jnp.left_shift(1, k) < lengths)
+
+
 def balanced_positions(lengths: jax.Array, length: int, width: int) -> jax.Array:
   """Where each token of a sentence goes in a row of `width` = 2^K (the paper's Figure 2).
 
@@ -41,11 +50,7 @@ def balanced_positions(lengths: jax.Array, length: int, width: int) -> jax.Array
   Returns:
     [n, L] int32 positions in 0..width-1 (slots past a sentence's length: past its last token).
   """
-  lengths = jnp.maximum(jnp.asarray(lengths, jnp.int32), 1)
-  power = jnp.left_shift(1, jnp.ceil(jnp.log2(lengths.astype(jnp.float32))).astype(jnp.int32))
-  # float log2 is exact at powers of two; guard the rounding of any other length
-  power = jnp.where(power < lengths, power * 2, power)
-  stride = width // power
+  stride = width // jnp.left_shift(1, ceil_log2(lengths))
   return jnp.arange(length, dtype=jnp.int32)[None, :] * stride[:, None]
 
 
@@ -253,13 +258,10 @@ class RecursiveDecoder(nnx.Module):
     return self.postfix(z, 0)
 
 
-def check_width(width: int, recursions: int) -> int:
-  """K for a row of `width` = 2^K positions that `recursions` max-pools fit in."""
-  k = int(np.log2(width)) if width > 0 else -1
-  if width <= 0 or 1 << k != width:
-    raise ValueError(f"model.length={width}: a power of two")
-  if recursions > k:
-    raise ValueError(f"{recursions} recursions need at least {1 << recursions} positions, "
-                     f"model.length={width}")
+def log2_positions(positions: int, field: str) -> int:
+  """K for `positions` = 2^K (the config `field` named in the error otherwise)."""
+  k = int(np.log2(positions)) if positions > 0 else -1
+  if positions <= 0 or 1 << k != positions:
+    raise ValueError(f"{field}={positions}: a power of two")
   return k
 

@@ -123,6 +123,13 @@ def load_weights(build: Callable[[], nnx.Module], path: Path) -> nnx.Module:
     return sentence.build_with_params(build, dict(arrays), source=str(path))
 
 
+def saved_folder(path: str | os.PathLike, config_file: str = CONFIG_FILE) -> Path | None:
+  """`path`, or its `model/` folder (a finished run's workdir), whichever holds
+  `config_file`; None when neither does."""
+  path = Path(path)
+  return next((p for p in (path, path / "model") if (p / config_file).is_file()), None)
+
+
 def saved_class(folder: str | os.PathLike) -> str | None:
   """The class name of the model `save` wrote to `folder`, or None where none is."""
   path = Path(folder) / CONFIG_FILE
