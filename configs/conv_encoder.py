@@ -1,6 +1,7 @@
 """The word-level recursive convolutional sentence encoder of seed 003.
 
     python -m convfit_jax.main --config=configs/conv_encoder.py
+    python -m convfit_jax.main --config=configs/conv_encoder.py:stage=stage1,init_from=workdirs/conv_encoder/nli_balanced_none_seed0
     python -m convfit_jax.main --config=configs/conv_encoder.py:stage=stage2,init_from=workdirs/conv_encoder/nli_balanced_none_seed0
     python -m convfit_jax.main --config=configs/conv_encoder.py:runlocal   # a few-minute smoke run
 

@@ -1,10 +1,14 @@
 """The word-level recursive convolutional encoder through the shared tasks: NLI training
-(the input-response task with NLI alone) that learns, exports and reloads, Stage 2 from that
-run with one sentence per row, and the sharded step with BatchNorm equal to one device."""
+(the input-response task with NLI alone) that learns, exports and reloads, Stage 1 on
+conversations, Stage 2 from either run with one sentence per row, and the sharded (and, in
+Stage 1, chunked) step with BatchNorm equal to one device."""
+
+import dataclasses
 
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import conv_encoder as ce_config
 from configs import evaluate as evaluate_config
@@ -13,7 +17,7 @@ from convfit_jax.configs import common
 from convfit_jax.data import packing
 from convfit_jax.models import conv_encoder
 from convfit_jax.tasks import evaluate
-from convfit_jax.train import input_response, stage2
+from convfit_jax.train import input_response, stage1, stage2
 
 from test_input_response import first_step_on_one_and_all_devices, write_data
 
@@ -90,7 +94,80 @@ def test_a_sharded_step_with_batchnorm_equals_one_device(tmp_path, padding):
                outs[0][1], outs[1][1])
 
 
-def test_conversations_train_it_through_the_input_response_task_not_stage1(tmp_path):
+def stage1_config(folder, **extra):
+  """Stage 1 of the conv encoder on `write_data`'s conversations, scored on its 1-of-12 cases."""
+  c = ce_config.get_config(f"stage=stage1,runlocal,vectors=,workdir={folder / 's1'}")
+  with c.unlocked():
+    c.data.train, c.data.fraction = str(folder / "train.tsv"), 1.0
+    del c.evals["response_selection"]
+    c.evals.syn = common.response_selection_eval(file=str(folder / "rs.jsonl"), prefix="syn_", every=0)
+    c.model.freeze_embeddings = False  # random vectors: they must learn
+    c.model.embed_dim, c.model.length, c.model.max_length = 16, 16, 16
+    c.train.batch_size = 32
+    for k, v in extra.items():
+      section, field = k.split(".")
+      c[section][field] = v
+  return c
+
+
+def test_stage1_trains_it_exports_and_stage2_starts_from_it(tmp_path):
+  folder = write_data(tmp_path)
+  c = stage1_config(folder, **{"train.epochs": 5, "train.max_steps": 40, "train.learning_rate": 3e-3,
+                               "train.checkpoint_every": 20})
+  task = stage1.Stage1(c, sharding.make_mesh())
+  assert task.built.packs is False and task.cfg.num_chunks(32) == 1
+  batch = task.device_batch(next(task.batches(0)))
+  assert batch["context_ids"].shape == (32, 16)  # one sentence per row
+  m = stage1.train_and_evaluate(c)
+  assert m["num_pairs"] == 256 and m["steps"] == 40
+  assert m["syn_r_at_1"] > 0.9 > m["syn_r_at_1_before"]
+  # The exported context encoder gives what the run scored, and Stage 2 starts from it.
+  enc = conv_encoder.load(tmp_path / "s1")
+  run = stage1.Stage1(c, sharding.make_mesh())
+  texts = ["does anyone know about grub here", "yes the grub docs explain it"]
+  np.testing.assert_allclose(enc.encode(texts), run.text_encoder(
+      conv_encoder.load_built(tmp_path / "s1").model).encode(texts), rtol=1e-6)
+  s = ce_config.get_config(f"stage=stage2,runlocal,init_from={tmp_path / 's1'},"
+                           f"workdir={tmp_path / 's2'}")
+  with s.unlocked():
+    s.train.max_steps = 2
+    s.evals.knn.max_test = 50
+  task2 = stage2.Stage2(s, sharding.make_mesh())
+  np.testing.assert_allclose(task2.encoder(task2.built.model).encode(texts), enc.encode(texts),
+                             rtol=1e-6)
+
+
+def test_stage1_sharded_and_cached_steps_with_batchnorm_equal_one_device(tmp_path):
+  folder = write_data(tmp_path)
+  c = stage1_config(folder, **{"model.embed_dim": 8})
+  outs = first_step_on_one_and_all_devices(c, stage1.Stage1)
+  # BatchNorm's statistics are of the global batch on 8 devices too.
+  for (m1, arrays1), (m8, arrays8) in [outs]:
+    for k in ("loss", "grad_norm"):
+      assert float(m8[k]) == pytest.approx(float(m1[k]), rel=1e-5)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), arrays1, arrays8)
+
+  # Chunked, the gradient cache replays each chunk from the state the one before left:
+  # the same loss, gradients and statistics as backpropagating through the chunks.
+  task = stage1.Stage1(c, sharding.make_mesh(devices=jax.devices()[:1]))
+  graphdef, params, model_state = nnx.split(task.built.model, nnx.Param, ...)
+  params, model_state = nnx.to_pure_dict(params), nnx.to_pure_dict(model_state)
+  cfgs = [dataclasses.replace(task.cfg, chunk_size=16, grad_cache=g) for g in (False, True)]
+  batch = stage1.device_batch(next(task.batches(0)), task.mesh, cfgs[0], packs=False)
+  plain, cached = [jax.jit(lambda p, s, b, cfg=cfg: stage1.loss_and_grads(
+      graphdef, p, s, b, None, cfg))(params, model_state, batch) for cfg in cfgs]
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), plain, cached)
+  # Both chunks moved the running statistics (the second from where the first left them).
+  one_chunk = jax.jit(lambda p, s, b: stage1.loss_and_grads(graphdef, p, s, b, None, task.cfg))(
+      params, model_state, stage1.device_batch(next(task.batches(0)), task.mesh, task.cfg, packs=False))
+  moved = lambda out: max(float(np.max(np.abs(x - y))) for x, y in zip(
+      jax.tree.leaves(out[2]), jax.tree.leaves(model_state)))
+  assert moved(cached) > 0 and moved(one_chunk) > 0
+  assert max(float(np.max(np.abs(x - y))) for x, y in zip(
+      jax.tree.leaves(cached[2]), jax.tree.leaves(one_chunk[2]))) > 1e-6
+
+
+def test_conversations_also_train_it_through_the_input_response_task(tmp_path):
   folder = write_data(tmp_path)
   c = nli_config(folder, **{"train.batch_size": 32, "train.max_steps": 6,
                             "model.embed_dim": 8, "model.length": 16, "model.max_length": 16,
@@ -100,9 +177,3 @@ def test_conversations_train_it_through_the_input_response_task_not_stage1(tmp_p
     c.evals.syn = common.response_selection_eval(file=str(folder / "rs.jsonl"), prefix="syn_", every=0)
   m = input_response.train_and_evaluate(c)
   assert m["num_pairs"] == 256 and m["steps"] == 6 and 0 <= m["syn_r_at_1"] <= 1
-  from configs import stage1 as stage1_config  # pylint: disable=import-outside-toplevel
-  from convfit_jax.train import stage1  # pylint: disable=import-outside-toplevel
-  s = stage1_config.get_config("runlocal")
-  s.model.encoder = "conv_encoder"
-  with pytest.raises(ValueError, match="Stage 1 trains Transformer encoders"):
-    stage1.Stage1(s, sharding.make_mesh())

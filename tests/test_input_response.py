@@ -15,7 +15,7 @@ from configs import input_response as ir_config
 from convfit_jax.configs import common
 from convfit_jax import sharding
 from convfit_jax.data import words
-from convfit_jax.models import dan
+from convfit_jax.models import dan, word_models
 from convfit_jax.tasks import evaluate
 from convfit_jax.train import input_response, trainer
 from convfit_jax.train.input_response import InputResponseTask
@@ -169,12 +169,12 @@ def test_both_streams_are_a_function_of_the_seed_and_step(tmp_path):
   assert part.nli.hypotheses != make(1, **{"data.nli_fraction": 0.25}).nli.hypotheses
 
 
-def first_step_on_one_and_all_devices(c) -> list[tuple[dict, tuple]]:
-  """The first step of the input-response task of `c` on one device, then on all 8:
+def first_step_on_one_and_all_devices(c, task_class=InputResponseTask) -> list[tuple[dict, tuple]]:
+  """The first step of the task of `c` (`task_class`) on one device, then on all 8:
   [(its metrics, (params, model_state))] for each."""
   outs = []
   for mesh in (sharding.make_mesh(devices=jax.devices()[:1]), sharding.make_mesh()):
-    task = InputResponseTask(c, mesh)
+    task = task_class(c, mesh)
     state, _ = trainer.init_state(c, task.built.model, task.total_steps, mesh)
     step = trainer.make_train_step(task.loss_and_grads, mesh)
     state, m = step(state, task.device_batch(next(task.batches(0))))
@@ -210,7 +210,7 @@ def test_dan_multitask_learns_both_tasks_exports_and_reloads(tmp_path):
   again = evaluate.run(e)
   assert again["stsb_test_pearson"] == pytest.approx(m["stsb_test_pearson"], abs=1e-6)
   # Rerunning a finished run does nothing.
-  weights = tmp_path / "run" / "model" / "weights.npz"
+  weights = tmp_path / "run" / "model" / word_models.WEIGHTS
   written = weights.stat().st_mtime_ns
   input_response.train_and_evaluate(c)
   assert weights.stat().st_mtime_ns == written

@@ -80,8 +80,15 @@ def _max_diff(a, b):
              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+def _loss_and_grads(graphdef, params, batch, key, cfg):
+  """`stage1.loss_and_grads` of a Transformer dual encoder (no model state): (loss, grads)."""
+  loss, grads, model_state = stage1.loss_and_grads(graphdef, params, {}, batch, key, cfg)
+  assert not model_state
+  return loss, grads
+
+
 def _sharded_loss_and_grads(graphdef, params, batch, key, cfg, mesh):
-  fn = jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg),
+  fn = jax.jit(lambda p, b, k: _loss_and_grads(graphdef, p, b, k, cfg),
                in_shardings=(sharding.replicated(mesh), sharding.batch_sharding(mesh),
                              sharding.replicated(mesh)),
                out_shardings=sharding.replicated(mesh))
@@ -97,7 +104,7 @@ def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
   key = jax.random.PRNGKey(3)
   cfg1 = stage1.LossConfig(dropout=True)
   dev0 = jax.devices()[0]
-  loss1, grads1 = jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg1))(
+  loss1, grads1 = jax.jit(lambda p, b, k: _loss_and_grads(graphdef, p, b, k, cfg1))(
       jax.device_put(params, dev0), jax.device_put(batch, dev0), jax.device_put(key, dev0))
 
   mesh = sharding.make_mesh()
@@ -122,7 +129,7 @@ def test_sharded_loss_equals_single_device_and_local_negatives_do_not():
 
   local = jax.jit(jax.value_and_grad(local_loss))
   loss_local, grads_local = local(params, batch)
-  ref_loss, ref_grads = jax.jit(lambda p, b: stage1.loss_and_grads(
+  ref_loss, ref_grads = jax.jit(lambda p, b: _loss_and_grads(
       graphdef, p, b, None, stage1.LossConfig(dropout=False)))(params, batch)
   # The copies on the neighbouring shard make the global loss far larger.
   assert float(ref_loss) > float(loss_local) + 1.0
@@ -133,7 +140,7 @@ def test_grad_cache_equals_uncached_with_dropout():
   graphdef, params = _split(_dual())
   batch = _packed(_hard_negative_batch(1), stage1.LossConfig(chunk_size=4))
   key = jax.random.PRNGKey(7)
-  fn = lambda cfg: jax.jit(lambda p, b, k: stage1.loss_and_grads(graphdef, p, b, k, cfg))
+  fn = lambda cfg: jax.jit(lambda p, b, k: _loss_and_grads(graphdef, p, b, k, cfg))
   plain_loss, plain = fn(stage1.LossConfig(dropout=True, chunk_size=4))(params, batch, key)
   cached_fn = fn(stage1.LossConfig(dropout=True, chunk_size=4, grad_cache=True))
   cached_loss, cached = cached_fn(params, batch, key)
@@ -147,7 +154,7 @@ def test_grad_cache_equals_uncached_with_dropout():
   remat_model = DualEncoder(SentenceEncoder(TINY, rngs=nnx.Rngs(0), remat=True))
   graphdef_r, params_r = _split(remat_model)
   _assert_trees_close(params_r, params, tol=0)
-  loss_r, grads_r = jax.jit(lambda p, b, k: stage1.loss_and_grads(
+  loss_r, grads_r = jax.jit(lambda p, b, k: _loss_and_grads(
       graphdef_r, p, b, k, stage1.LossConfig(dropout=True, chunk_size=4, grad_cache=True)))(
           params_r, batch, key)
   np.testing.assert_allclose(float(loss_r), float(plain_loss), rtol=1e-5, atol=1e-5)
@@ -195,7 +202,7 @@ def test_identical_responses_are_masked_as_false_negatives():
   model = nnx.merge(graphdef, params)
   c = model.encode_contexts(batch["context_ids"], batch["context_mask"])
   r = model.encode_responses(batch["response_ids"], batch["response_mask"])
-  loss_of = lambda cfg: jax.jit(lambda p, b: stage1.loss_and_grads(graphdef, p, b, None, cfg)[0])(
+  loss_of = lambda cfg: jax.jit(lambda p, b: _loss_and_grads(graphdef, p, b, None, cfg)[0])(
       params, _packed(batch, cfg))
   masked = loss_of(stage1.LossConfig(dropout=False, chunk_size=4))  # chunks reassemble in order
   unmasked = loss_of(stage1.LossConfig(dropout=False, mask_duplicates=False))

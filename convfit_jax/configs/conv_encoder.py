@@ -1,6 +1,8 @@
-"""The word-level recursive convolutional sentence encoder of seed 003: NLI training, then Stage 2.
+"""The word-level recursive convolutional sentence encoder of seed 003: NLI training, Stage 1,
+Stage 2.
 
   python -m convfit_jax.main --config=configs/conv_encoder.py                       # NLI
+  python -m convfit_jax.main --config=configs/conv_encoder.py:stage=stage1,init_from=workdirs/conv_encoder/nli_balanced_none_seed0
   python -m convfit_jax.main --config=configs/conv_encoder.py:bow=plus              # + BoW
   python -m convfit_jax.main --config=configs/conv_encoder.py:bow=only              # BoW baseline
   python -m convfit_jax.main --config=configs/conv_encoder.py:padding=variable
@@ -8,16 +10,19 @@
   python -m convfit_jax.main --config=configs/conv_encoder.py:runlocal              # smoke run
 
 Arguments: stage (nli: the input-response task with NLI alone, InferSent-style, as the
-paper trains it; stage2: ConvFiT Stage 2 on label batches, banking77 10-shot),
+paper trains it; stage1: ConvFiT Stage 1 on the SGD conversations; stage2: ConvFiT Stage
+2 on label batches, banking77 10-shot),
 padding (balanced | right | variable), bow (none | plus | only), layers (N convs per
 group; the paper's best: 8), shared (false: the static model), init_from (stage2: a
-finished NLI run's workdir; "" = a fresh encoder), vectors (GloVe-format word vectors,
+finished NLI or Stage 1 run's workdir; "" = a fresh encoder), vectors (GloVe-format word vectors,
 frozen), steps, seed, workdir, runlocal.
 
 NLI: SICK train + SNLI dev (about 14k pairs; the paper had SNLI's 550k), the paper's
 classifier (three fully connected layers on [u; v; |u - v|; u * v]), Adam 1e-3, batches
 of 64 pairs, 10 epochs; evaluated by STS-B / SICK-R (`evaluators/sts.py`), SICK-E dev
-and test, SNLI test. Stage 2: `configs/stage2_dense.py` (supcon on 16 intents x 4
+and test, SNLI test. Stage 1: `configs/stage1.py` (batch 256, 2 epochs, scale 20) at a
+learning rate of 1e-3, the whole batch in one chunk (BatchNorm's statistics are the global
+batch's), no dropout. Stage 2: `configs/stage2_dense.py` (supcon on 16 intents x 4
 utterances, 10 epochs: 150 steps) with the encoder at a learning rate of 1e-3.
 """
 
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from convfit_jax.configs import common, stage2_dense
+from convfit_jax.configs import common, stage1, stage2_dense
 
 GLOVE = "../shared/data/vectors/glove6b50d/vectors.txt"
 NLI_SETS = {"sick_dev": f"{common.SICK_DIR}/dev.tsv", "sick_test": f"{common.SICK_DIR}/test.tsv",
@@ -59,10 +64,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, "configs/conv_encoder.py", stage="nli", padding="balanced", bow="none",
                        layers=8, shared=True, init_from="", vectors=GLOVE, steps=0, seed=0,
                        workdir="", runlocal=False)
-  if a.stage not in ("nli", "stage2"):
-    raise ValueError(f"configs/conv_encoder.py: stage={a.stage!r}; nli or stage2")
+  stages = {"nli": nli_config, "stage1": stage1_config, "stage2": stage2_config}
+  if a.stage not in stages:
+    raise ValueError(f"configs/conv_encoder.py: stage={a.stage!r}; one of {tuple(stages)}")
   name = f"{a.stage}_{a.padding}_{a.bow}" + ("" if a.shared else "_static") + f"_seed{a.seed}"
-  c = nli_config(a) if a.stage == "nli" else stage2_config(a)
+  c = stages[a.stage](a)
   c.workdir = a.workdir or f"workdirs/conv_encoder{'_runlocal' if a.runlocal else ''}/{name}"
   c.lock()
   return c
@@ -117,6 +123,26 @@ def nli_config(a: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.train.log_every = 5
     c.model.layers = 2
     common.trim_evals_for_runlocal(c)
+  return c
+
+
+def stage1_config(a: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  c = stage1.get_config(f"runlocal={a.runlocal}")
+  with c.unlocked():
+    c.seed = a.seed
+    dual = c.model
+    c.model = model_config(a, "dual_encoder")
+    for field in ("projection_dim", "response_tower", "response_ff", "response_ff_hidden",
+                  "response_ff_depth"):
+      c.model[field] = dual[field]
+    c.model.dropout = False  # none: BatchNorm regularises
+    c.train.learning_rate = 1e-3  # a small model, trained through its convs and BatchNorms
+    c.train.grad_cache = False  # small enough for one chunk: BatchNorm sees the whole batch
+    c.train.chunk_size = 0
+    if a.steps:
+      c.train.max_steps = a.steps
+    if a.runlocal:
+      c.model.layers = 2
   return c
 
 

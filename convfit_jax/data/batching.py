@@ -312,15 +312,17 @@ def _chunk_blocks(n: int, chunks: int, shards: int) -> list[np.ndarray]:
   return list(np.arange(n).reshape(shards * chunks, n // (shards * chunks)))
 
 
-def conversation_rows(batch: ConversationBatch, *, chunks: int, shards: int, width: int) -> int:
-  """The packed rows per (shard, chunk) block that both sides of `batch` need."""
+def conversation_rows(batch: ConversationBatch, *, chunks: int, shards: int, width: int,
+                      packs: bool = True) -> int:
+  """The packed rows per (shard, chunk) block that both sides of `batch` need (`packs`:
+  the model's `Built.packs`)."""
   lengths = {side: getattr(batch, f"{side}_mask").sum(1) for side in SIDES}
-  return max(packing.rows_needed(lengths[side][rows], width)
+  return max(packing.rows_needed(lengths[side][rows], width, packs)
              for rows in _chunk_blocks(len(batch.weights), chunks, shards) for side in SIDES)
 
 
 def pack_conversation_batch(batch: ConversationBatch, *, chunks: int, shards: int, rows: int,
-                            first_shard: int = 0) -> dict[str, np.ndarray]:
+                            first_shard: int = 0, packs: bool = True) -> dict[str, np.ndarray]:
   """A Stage 1 batch (this process's slice) with each side packed (`data.packing`).
 
   The slice's n rows split into `shards` blocks (its devices on the mesh `data` axis)
@@ -333,6 +335,7 @@ def pack_conversation_batch(batch: ConversationBatch, *, chunks: int, shards: in
     shards: data shards of this slice.
     rows: packed rows per block and side (`conversation_rows`, the same on every process).
     first_shard: the global index of this slice's first shard.
+    packs: False: one sentence per row (the model's `Built.packs`).
   Returns:
     {side}_ids, {side}_mask (sentence numbers), {side}_positions [shards*chunks*rows, L]
     int32, in (shard, chunk, row) order; {side}_slots [n, 2] int32, per sentence in
@@ -350,7 +353,7 @@ def pack_conversation_batch(batch: ConversationBatch, *, chunks: int, shards: in
     packed = []
     for b, block in enumerate(blocks):
       p = packing.pack(ids[block], mask[block], rows, width,
-                       row_offset=(first_shard + b // chunks) * rows)
+                       row_offset=(first_shard + b // chunks) * rows, packs=packs)
       slots[block] = p.slots
       packed.append(p)
     out[f"{side}_ids"] = np.concatenate([p.input_ids for p in packed])

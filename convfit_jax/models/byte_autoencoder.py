@@ -220,18 +220,17 @@ def is_saved(path: str | os.PathLike) -> bool:
 
 
 def save(model: ByteAutoencoder, folder: str | os.PathLike) -> None:
-  """Writes `byte_autoencoder.json` (the config) and `weights.npz` (BatchNorm statistics included)."""
+  """Writes `byte_autoencoder.json` (the config) and `weights/` (an orbax checkpoint, BatchNorm statistics included)."""
   folder = Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   (folder / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
-  word_models.save_weights(model, folder / "weights.npz")
+  word_models.save_weights(model, folder)
 
 
 def load(path: str | os.PathLike) -> ByteAutoencoder:
   """The auto-encoder `save` wrote; `path` is that folder or a finished run's workdir."""
   folder = word_models.saved_folder(path, CONFIG_FILE) or Path(path)
   config = ByteAutoencoder.Config(**json.loads((folder / CONFIG_FILE).read_text()))
-  model = word_models.load_weights(lambda: ByteAutoencoder(config, rngs=nnx.Rngs(0)),
-                                   folder / "weights.npz")
+  model = word_models.load_weights(lambda: ByteAutoencoder(config, rngs=nnx.Rngs(0)), folder)
   model.eval()
   return model

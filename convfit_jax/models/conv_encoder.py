@@ -144,7 +144,7 @@ class ConvTextEncoder(word_models.WordTextEncoder):
     super().__init__(model, lambda texts: inputs(vocabulary, texts, self.max_length))
 
   def save_pretrained(self, folder: str | os.PathLike) -> str:
-    """Writes `word_model.json`, `vocab.txt` and `weights.npz` (BatchNorm statistics and
+    """Writes `word_model.json`, `vocab.txt` and `weights/` (an orbax checkpoint: BatchNorm statistics and
     frozen vectors included); `load` reads them."""
     word_models.save(Built(self.model, tokenizer=self.vocabulary), self.model, folder)
     return str(folder)

@@ -171,14 +171,14 @@ def build(m: ml_collections.ConfigDict, *, seed: int, train_texts: Callable[[], 
 
 
 def save(built: Built, model: DAN, folder: str | os.PathLike, max_length: int) -> None:
-  """Writes `dan.json` (the config and max_length), `vocab.txt`, `bigrams.txt`, `weights.npz`."""
+  """Writes `dan.json` (the config and max_length), `vocab.txt`, `bigrams.txt`, `weights/` (an orbax checkpoint)."""
   folder = Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   config = {**dataclasses.asdict(model.config), "max_length": max_length}
   (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1))
   built.tokenizer.words.save(folder / "vocab.txt")
   built.tokenizer.bigrams.save(folder / "bigrams.txt")
-  word_models.save_weights(model, folder / "weights.npz")
+  word_models.save_weights(model, folder)
 
 
 def is_saved(path: str | os.PathLike) -> bool:
@@ -192,8 +192,7 @@ def load(path: str | os.PathLike) -> DanEncoder:
   fields = json.loads((folder / CONFIG_FILE).read_text())
   max_length = fields.pop("max_length")
   config = DAN.Config(**{**fields, "hidden": tuple(fields["hidden"])})
-  model = word_models.load_weights(lambda: DAN(config, rngs=nnx.Rngs(0)),
-                                   folder / "weights.npz")
+  model = word_models.load_weights(lambda: DAN(config, rngs=nnx.Rngs(0)), folder)
   vocabulary = DanVocabulary(words.Vocabulary.load(folder / "vocab.txt"),
                              words.Vocabulary.load(folder / "bigrams.txt"))
   return DanEncoder(model, vocabulary, max_length=max_length)

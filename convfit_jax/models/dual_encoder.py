@@ -9,7 +9,7 @@ top of the shared encoder (`config.model.name = "dual_encoder"`).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import jax
 import ml_collections
@@ -17,7 +17,8 @@ import numpy as np
 from flax import nnx
 
 from convfit_jax.evaluators.response_selection import BiEncoderScorer
-from convfit_jax.models import Built, sentence
+from convfit_jax import models
+from convfit_jax.models import Built
 from convfit_jax.models.heads import l2_normalize
 
 
@@ -123,8 +124,11 @@ def wrap(context: nnx.Module, m: ml_collections.ConfigDict, *, seed: int) -> Dua
   return DualEncoder(context, response=response, response_ff=response_ff)
 
 
-def build(m: ml_collections.ConfigDict, *, seed: int) -> Built:
-  """The dual encoder a `model` config block names: `sentence.build`'s fields and `wrap`'s."""
-  built = sentence.build(m, seed=seed)
+def build(m: ml_collections.ConfigDict, *, seed: int,
+          train_texts: Callable[[], Iterable[str]] | None = None) -> Built:
+  """The dual encoder a `model` block names: the encoder of `m.encoder`'s module
+  (`sentence`: a Transformer; `conv_encoder`, ..., whose vocabularies may read
+  `train_texts()`) with `wrap`'s fields."""
+  built = models.get(m.encoder).build(m, seed=seed, train_texts=train_texts)
   built.model = wrap(built.model, m, seed=seed)
   return built

@@ -20,13 +20,15 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from flax import nnx
+import orbax.checkpoint as ocp
+from flax import nnx, traverse_util
 
 from convfit_jax.data import words
 from convfit_jax.models import Built, PairInputs, sentence
 from convfit_jax.models.heads import l2_normalize
 
 CONFIG_FILE = "word_model.json"
+WEIGHTS = "weights"  # the orbax checkpoint folder of a saved model's arrays
 
 
 class FrozenEmbedding(nnx.Variable):
@@ -111,16 +113,32 @@ class WordTextEncoder:
     return out
 
 
-def save_weights(model: nnx.Module, path: Path) -> None:
-  """Every array of `model` (frozen embeddings included) into an .npz, by dotted path."""
-  np.savez(path, **{".".join(map(str, p)): np.asarray(var[...])
-                    for p, var in nnx.to_flat_state(nnx.state(model))})
+def save_weights(model: nnx.Module, folder: Path) -> None:
+  """Every array of `model` (frozen embeddings and BatchNorm statistics included) as an
+  orbax checkpoint in `folder / WEIGHTS`, written by this process alone (exports are the
+  main process's) and atomically (orbax writes a temporary folder and renames it)."""
+  me = jax.process_index()
+  options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+  with ocp.StandardCheckpointer(multiprocessing_options=options) as checkpointer:
+    checkpointer.save(Path(folder).absolute() / WEIGHTS, nnx.to_pure_dict(nnx.state(model)))
 
 
-def load_weights(build: Callable[[], nnx.Module], path: Path) -> nnx.Module:
-  """`build()` filled with the arrays `save_weights` wrote to `path`."""
-  with np.load(path) as arrays:
-    return sentence.build_with_params(build, dict(arrays), source=str(path))
+def read_weights(folder: Path) -> dict[str, np.ndarray]:
+  """{dotted path: array} of the checkpoint `save_weights` wrote in `folder`."""
+  path = Path(folder).absolute() / WEIGHTS
+  if not path.is_dir():
+    raise FileNotFoundError(f"{path}: no saved weights (an orbax checkpoint folder)")
+  me = jax.process_index()
+  options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+  with ocp.StandardCheckpointer(multiprocessing_options=options) as checkpointer:
+    tree = checkpointer.restore(path)
+  return {".".join(map(str, keys)): np.asarray(x)
+          for keys, x in traverse_util.flatten_dict(tree).items()}
+
+
+def load_weights(build: Callable[[], nnx.Module], folder: Path) -> nnx.Module:
+  """`build()` filled with the arrays `save_weights` wrote in `folder`."""
+  return sentence.build_with_params(build, read_weights(folder), source=str(Path(folder) / WEIGHTS))
 
 
 def saved_folder(path: str | os.PathLike, config_file: str = CONFIG_FILE) -> Path | None:
@@ -133,20 +151,20 @@ def saved_folder(path: str | os.PathLike, config_file: str = CONFIG_FILE) -> Pat
 def saved_class(folder: str | os.PathLike) -> str | None:
   """The class name of the model `save` wrote to `folder`, or None where none is."""
   path = Path(folder) / CONFIG_FILE
-  if not path.is_file() or not (Path(folder) / "weights.npz").is_file():
+  if not path.is_file() or not (Path(folder) / WEIGHTS).is_dir():
     return None
   return json.loads(path.read_text()).get("model")
 
 
 def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
-  """Writes `word_model.json` (the class name and config), `vocab.txt` and `weights.npz` (every array,
-  frozen embeddings included, by dotted path)."""
+  """Writes `word_model.json` (the class name and config), `vocab.txt` and `weights/` (every
+  array, frozen embeddings included: `save_weights`)."""
   folder = Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   fields = {"model": type(model).__name__, **dataclasses.asdict(model.config)}
   (folder / CONFIG_FILE).write_text(json.dumps(fields, indent=1))
   built.tokenizer.save(folder / "vocab.txt")
-  save_weights(model, folder / "weights.npz")
+  save_weights(model, folder)
 
 
 def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
@@ -159,7 +177,7 @@ def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
   config = cls.Config(**fields)
   if dtype:
     config = dataclasses.replace(config, dtype=dtype)
-  model = load_weights(lambda: cls(config, rngs=nnx.Rngs(0)), folder / "weights.npz")
+  model = load_weights(lambda: cls(config, rngs=nnx.Rngs(0)), folder)
   return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))
 
 

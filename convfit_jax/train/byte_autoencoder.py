@@ -14,7 +14,7 @@ process encodes its contiguous share of a batch; BatchNorm's batch statistics ar
 the global batch (the step runs under `jax.jit` on the sharded batch).
 
 Evaluation (`evaluators/byte_error.py`): byte error on `data.test` by length bucket.
-Export: `model/` with `byte_autoencoder.json` and `weights.npz` (`byte_autoencoder.load`).
+Export: `model/` with `byte_autoencoder.json` and `weights/`, an orbax checkpoint (`byte_autoencoder.load`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """ConvFiT Stage 1: a dual encoder trained by multiple-negatives ranking on conversations.
 
-Model: `models.dual_encoder` (one `SentenceEncoder` for contexts and responses, with an
-optional response tower or response-side feed-forward layer).
+Model: `models.dual_encoder` (one encoder for contexts and responses, with an optional
+response tower or response-side feed-forward layer): a pretrained Transformer
+(`config.model.encoder = "sentence"`), or any encoder module of `models` (the recursive
+convolutional `conv_encoder`, whose BatchNorm statistics the step carries and returns).
 
 Loss: `losses.mneg_loss` over the GLOBAL batch. The step is one `jax.jit` whose
 batch arrays are sharded over the mesh `data` axis; the [B, B] similarity matrix
@@ -10,11 +12,12 @@ big_vision's SigLIP/CLIP losses), so every context is scored against the
 responses of every device and every host, in global row order. Identical
 responses in a batch (equal token digests from the host) are dropped from each
 other's softmax (they are false negatives). With `train.grad_cache` the gradient
-is computed chunk by chunk (`train/grad_cache.py`): batch 256 in one chunk's memory.
+is computed chunk by chunk (`train/grad_cache.py`): batch 256 in one chunk's memory
+(BatchNorm then normalises each chunk by its own statistics, as gradient accumulation would).
 
 Packing: each device's sentences of each chunk are packed several to a row
 (`data.packing`; SGD turns fill a third of a padded batch), contexts and responses
-separately. The packed row count is chosen per batch (the largest any process
+separately; one to a row for models that declare they do not pack (`Built.packs`). The packed row count is chosen per batch (the largest any process
 needs, rounded up to `ROW_MULTIPLE`), so a run compiles a few shapes.
 
 The run (response selection before, during and after; the context encoder exported
@@ -35,11 +38,10 @@ from flax import nnx
 from convfit_jax import losses, models, sharding
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import read_conversations, shuffle_buffer
-from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators import response_selection
 from convfit_jax.models import dual_encoder
 from convfit_jax.models.dual_encoder import DualEncoder
-from convfit_jax.train import grad_cache, trainer
+from convfit_jax.train import grad_cache, train_state, trainer
 from convfit_jax.train.train_state import TrainState
 
 SIDE_KEYS = tuple(f"{side}_{k}" for side in batching.SIDES for k in ("ids", "mask", "positions", "slots"))
@@ -80,23 +82,28 @@ class LossConfig:
     return grad_cache.num_chunks(batch_size, self.chunk_size, self.data_shards)
 
 
-def _embed_chunk(graphdef, params, chunk: Mapping[str, jax.Array], key: jax.Array | None):
-  """(contexts, responses) [rows, d] of one chunk; `key` splits into one per side."""
-  model = nnx.merge(graphdef, params)
+def _embed_chunk(graphdef, params, model_state, chunk: Mapping[str, jax.Array],
+                 key: jax.Array | None):
+  """((contexts, responses) [rows, d], the model state after them) of one chunk, in train
+  mode; `key` splits into one per side."""
+  model = train_state.merge(graphdef, params, model_state)
+  model.train()
   kc, kr = (None, None) if key is None else jax.random.split(key, 2)
   side = lambda name: dict(input_ids=chunk[f"{name}_ids"], attention_mask=chunk[f"{name}_mask"],
                            position_ids=chunk[f"{name}_positions"], slots=chunk[f"{name}_slots"])
-  return model.encode_contexts(**side("context"), dropout_key=kc), model.encode_responses(
-      **side("response"), dropout_key=kr)
+  embeddings = (model.encode_contexts(**side("context"), dropout_key=kc),
+                model.encode_responses(**side("response"), dropout_key=kr))
+  return embeddings, train_state.model_state_of(model)
 
 
-def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Array | None,
-                   cfg: LossConfig) -> tuple[jax.Array, Any]:
-  """The Stage 1 loss of a global batch and its gradient with respect to `params`.
+def loss_and_grads(graphdef, params, model_state, batch: Mapping[str, jax.Array],
+                   key: jax.Array | None, cfg: LossConfig) -> tuple[jax.Array, Any, Any]:
+  """The Stage 1 loss of a global batch, its gradient with respect to `params`, and the
+  model state the forward passes leave (BatchNorm statistics; {} for Transformers).
 
   Args:
-    graphdef: the `DualEncoder`'s NNX graph definition.
-    params: its parameters (pure dict).
+    graphdef: the `DualEncoder`'s NNX graph definition (`nnx.split(model, nnx.Param, ...)`).
+    params, model_state: its parameters and its other state (pure dicts).
     batch: global arrays (`batching.pack_conversation_batch` for every process's slice,
       packed for `cfg.data_shards` shards and the chunks of `cfg.chunk_size`): `SIDE_KEYS`,
       per side ids, mask, positions [S*n*R, L] int32 and slots [B, 2] int32;
@@ -104,7 +111,7 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
     key: the step's dropout key (ignored unless `cfg.dropout`).
     cfg: loss settings.
   Returns:
-    (scalar float32 loss, grads shaped like `params`).
+    (scalar float32 loss, grads shaped like `params`, model state).
   """
   ids = losses.duplicate_ids(batch["response_hash"]) if cfg.mask_duplicates else None
 
@@ -115,20 +122,20 @@ def loss_and_grads(graphdef, params, batch: Mapping[str, jax.Array], key: jax.Ar
   # Packed rows and slots are both laid out (shard, chunk, ...): the same re-layout
   # gives chunk k its rows and its sentences' slots into them.
   return grad_cache.loss_and_grads(
-      lambda p, chunk, k: _embed_chunk(graphdef, p, chunk, k), loss_of, params,
+      lambda p, s, chunk, k: _embed_chunk(graphdef, p, s, chunk, k), loss_of, params, model_state,
       {k: batch[k] for k in SIDE_KEYS}, key if cfg.dropout else None,
       chunks=cfg.num_chunks(batch["weights"].shape[0]), shards=cfg.data_shards, cache=cfg.grad_cache)
 
 
 def state_loss_and_grads(state: TrainState, batch: Mapping[str, jax.Array], cfg: LossConfig):
   """`trainer.Task.loss_and_grads` of `loss_and_grads` (dropout keyed by the step)."""
-  loss, grads = loss_and_grads(state.graphdef, state.params, batch, state.step_key(), cfg)
-  return loss, grads, state.model_state
+  return loss_and_grads(state.graphdef, state.params, state.model_state, batch, state.step_key(), cfg)
 
 
-def device_batch(host_batch: batching.ConversationBatch, mesh, cfg: LossConfig
+def device_batch(host_batch: batching.ConversationBatch, mesh, cfg: LossConfig, packs: bool = True
                  ) -> dict[str, jax.Array]:
-  """This process's `ConversationBatch`, packed, as the global arrays `loss_and_grads` takes.
+  """This process's `ConversationBatch`, packed (one sentence per row where the model does
+  not pack: `Built.packs`), as the global arrays `loss_and_grads` takes.
 
   The row count is the largest any (process, shard, chunk, side) needs, so every
   process packs to the same shape.
@@ -136,10 +143,10 @@ def device_batch(host_batch: batching.ConversationBatch, mesh, cfg: LossConfig
   shards = cfg.data_shards // jax.process_count()
   chunks = cfg.num_chunks(len(host_batch.weights) * jax.process_count())
   needed = batching.conversation_rows(host_batch, chunks=chunks, shards=shards,
-                                      width=host_batch.context_ids.shape[1])
+                                      width=host_batch.context_ids.shape[1], packs=packs)
   rows = -(-sharding.process_max(needed) // ROW_MULTIPLE) * ROW_MULTIPLE
   local = batching.pack_conversation_batch(host_batch, chunks=chunks, shards=shards, rows=rows,
-                                           first_shard=jax.process_index() * shards)
+                                           first_shard=jax.process_index() * shards, packs=packs)
   return sharding.global_batch(local, mesh)
 
 
@@ -149,19 +156,17 @@ class Stage1:
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
     self.title = "Stage 1"
-    if config.model.get("encoder", "sentence") != "sentence":
-      # The gradient cache replays chunks and keeps no model state (BatchNorm statistics).
-      raise ValueError(f"config.model.encoder={config.model.encoder!r}: Stage 1 trains "
-                       "Transformer encoders; train other encoders on conversation pairs "
-                       "with configs/input_response.py (the same loss over the global batch)")
     self.cfg = LossConfig.from_config(config, mesh.shape[sharding.DATA])
-    self.built = models.get(config.model.name).build(config.model, seed=config.seed)
+    self.module = models.get(config.model.encoder)
     d = config.data
     self.path = Path(d.train).expanduser()
     if not self.path.is_file():
       raise FileNotFoundError(f"data.train: {self.path.absolute()} does not exist "
                               "(relative paths are read from the current directory)")
     num_pairs = sum(1 for _ in self._conversations())
+    self.built = models.get(config.model.name).build(
+        config.model, seed=config.seed,
+        train_texts=lambda: [t for c in self._conversations() for t in (c.context, c.response)])
     self.total_steps = trainer.total_steps(
         batching.steps_per_epoch(num_pairs, config.train.batch_size), config.train)
     self.examples_per_step, self.examples_name = config.train.batch_size, "pairs"
@@ -188,7 +193,7 @@ class Stage1:
         start_step=start_step), size=d.prefetch)
 
   def device_batch(self, host_batch: batching.ConversationBatch) -> dict[str, jax.Array]:
-    return device_batch(host_batch, self.mesh, self.cfg)
+    return device_batch(host_batch, self.mesh, self.cfg, self.built.packs)
 
   def batch_rows(self, host_batch: batching.ConversationBatch) -> None:
     return None  # streamed pairs have no stable row numbers
@@ -196,15 +201,16 @@ class Stage1:
   def loss_and_grads(self, state: TrainState, batch: Mapping[str, jax.Array]):
     return state_loss_and_grads(state, batch, self.cfg)
 
+  def text_encoder(self, tower: nnx.Module):
+    """A tower as its encoder's text encoder (`Encoder` for a Transformer)."""
+    return self.module.text_encoder(self.built, tower, self.config.model)
+
   def predictors(self, model: DualEncoder) -> dict[str, Any]:
-    contexts, scorer = dual_encoder.predictors(model, lambda tower: Encoder(
-        tower, self.built.tokenizer, max_length=self.config.model.max_length,
-        hf_config=self.built.hf_config))
+    contexts, scorer = dual_encoder.predictors(model, self.text_encoder)
     return {"text": contexts, "response_scorer": scorer}
 
   def export(self, model: DualEncoder, folder: Path) -> None:
-    Encoder(model.context, self.built.tokenizer, max_length=self.config.model.max_length,
-            hf_config=self.built.hf_config).save_pretrained(folder)
+    self.text_encoder(model.context).save_pretrained(folder)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
     return response_selection.summary_line(metrics)
