@@ -1,12 +1,16 @@
-"""The byte auto-encoder and Stage 2 tables of docs/results.md (issue 15), read from runs' outputs.
+"""The byte auto-encoder, Stage 1 and Stage 2 tables of docs/results.md (issue 15), read from
+runs' outputs.
 
     python benchmarks/recursive_conv_results.py --autoencoders ROW=WORKDIR [ROW=WORKDIR ...]
-        [--plot docs/byte_autoencoder.png] [--stage2 ROW=WORKDIR+WORKDIR+... ...]
+        [--plot docs/byte_autoencoder.png] [--stage1 ROW=WORKDIR ...]
+        [--stage2 ROW=WORKDIR+WORKDIR+... ...]
 
 `--autoencoders`: finished `configs/byte_autoencoder.py` runs; the table gives test byte
 error overall and by length bucket (metrics.json, eval mode) and the training batches' byte
 error of the last logged window (train mode: BatchNorm on batch statistics), the plot draws those bars side by side and
-the training batches' byte error (the logged window means, TensorBoard scalars) against the step. `--stage2`: finished Stage 2
+the training batches' byte error (the logged window means, TensorBoard scalars) against the step.
+`--stage1`: finished Stage 1 runs: response selection (1 of 100) before and after, steps and
+training minutes. `--stage2`: finished Stage 2
 runs, one row per '+'-joined set of seeds: k-NN accuracy before and after, mean +- sd.
 Figures are percentages of the metrics' fractions.
 """
@@ -88,6 +92,20 @@ def plot(rows: list[tuple[str, Path]], path: Path) -> None:
   plt.close(fig)
 
 
+def stage1_table(rows: list[tuple[str, str]]) -> str:
+  keys = ("r_at_1", "r_at_10", "r_at_50")
+  head = (["encoder", "steps", "train min"] + [f"{k.replace('r_at_', 'R@')} before -> after" for k in keys]
+          + ["MRR before -> after"])
+  lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+  for name, path in rows:
+    m = _metrics(Path(path))
+    cells = [name, str(m["steps"]), f"{m['train_seconds'] / 60:.1f}"]
+    cells += [f"{100 * m[f'{k}_before']:.2f} -> **{100 * m[k]:.2f}**" for k in keys]
+    cells.append(f"{m['mrr_before']:.4f} -> **{m['mrr']:.4f}**")
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
 def stage2_table(rows: list[tuple[str, str]]) -> str:
   lines = ["| encoder | seeds | k-NN before | k-NN after (mean +- sd) | per seed |",
            "|---|---|---|---|---|"]
@@ -106,6 +124,7 @@ def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--autoencoders", nargs="*", default=[])
   p.add_argument("--plot", default="")
+  p.add_argument("--stage1", nargs="*", default=[])
   p.add_argument("--stage2", nargs="*", default=[])
   args = p.parse_args()
   if args.autoencoders:
@@ -114,6 +133,8 @@ def main():
     if args.plot:
       plot(rows, Path(args.plot))
       print(f"\nwrote {args.plot}")
+  if args.stage1:
+    print(stage1_table(_pairs(args.stage1)))
   if args.stage2:
     print(stage2_table(_pairs(args.stage2)))
 
