@@ -3,9 +3,10 @@
     python benchmarks/sts_results.py ROW=WORKDIR [ROW=WORKDIR ...] [--fractions F=WORKDIR ...]
         [--plot docs/sts_nli_fraction.png]
 
-Each ROW=WORKDIR names a finished `configs/input_response.py` or `configs/evaluate.py:sts` run;
-the table shows its figures after training (and, for trained rows, before in a second
-table). `--fractions` takes the data-size study's runs (the NLI fraction kept = workdir; 0 =
+Each ROW=WORKDIR names a finished `configs/input_response.py` or `configs/evaluate.py:sts` run
+(or several joined by '+', whose metrics make one row: an off-the-shelf encoder's
+`evaluate.py:sts` and `evaluate.py:responses` runs); the table shows its figures after
+training (and, for trained rows, before in a second table). `--fractions` takes the data-size study's runs (the NLI fraction kept = workdir; 0 =
 the conversation-only run) and prints its table; `--plot` draws STS-B dev/test Pearson against the fraction as a PNG.
 Figures are percentages of the metrics' fractions.
 """
@@ -69,7 +70,8 @@ def main():
   parser.add_argument("--fractions", nargs="*", default=[])
   parser.add_argument("--plot", default="")
   args = parser.parse_args()
-  rows = [(name, _metrics(path)) for name, path in _pairs(args.rows)]
+  rows = [(name, {k: v for part in str(path).split("+") for k, v in _metrics(Path(part)).items()})
+          for name, path in _pairs(args.rows)]
   if rows:
     print(table(rows))
     trained = [(name, m) for name, m in rows if "stsb_test_pearson_before" in m]
