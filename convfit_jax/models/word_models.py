@@ -113,13 +113,19 @@ class WordTextEncoder:
     return out
 
 
+def _own_checkpointer() -> ocp.StandardCheckpointer:
+  """An orbax checkpointer of this process alone: exports are written by the main process
+  only, and read by whichever process loads them, so no other process joins its barriers."""
+  me = jax.process_index()
+  return ocp.StandardCheckpointer(multiprocessing_options=ocp.options.MultiprocessingOptions(
+      primary_host=me, active_processes={me}))
+
+
 def save_weights(model: nnx.Module, folder: Path) -> None:
   """Every array of `model` (frozen embeddings and BatchNorm statistics included) as an
-  orbax checkpoint in `folder / WEIGHTS`, written by this process alone (exports are the
-  main process's) and atomically (orbax writes a temporary folder and renames it)."""
-  me = jax.process_index()
-  options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
-  with ocp.StandardCheckpointer(multiprocessing_options=options) as checkpointer:
+  orbax checkpoint in `folder / WEIGHTS`, written by this process alone (`_own_checkpointer`)
+  and atomically (orbax writes a temporary folder and renames it)."""
+  with _own_checkpointer() as checkpointer:
     checkpointer.save(Path(folder).absolute() / WEIGHTS, nnx.to_pure_dict(nnx.state(model)))
 
 
@@ -128,9 +134,7 @@ def read_weights(folder: Path) -> dict[str, np.ndarray]:
   path = Path(folder).absolute() / WEIGHTS
   if not path.is_dir():
     raise FileNotFoundError(f"{path}: no saved weights (an orbax checkpoint folder)")
-  me = jax.process_index()
-  options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
-  with ocp.StandardCheckpointer(multiprocessing_options=options) as checkpointer:
+  with _own_checkpointer() as checkpointer:
     tree = checkpointer.restore(path)
   return {".".join(map(str, keys)): np.asarray(x)
           for keys, x in traverse_util.flatten_dict(tree).items()}

@@ -17,8 +17,9 @@ is computed chunk by chunk (`train/grad_cache.py`): batch 256 in one chunk's mem
 
 Packing: each device's sentences of each chunk are packed several to a row
 (`data.packing`; SGD turns fill a third of a padded batch), contexts and responses
-separately; one to a row for models that declare they do not pack (`Built.packs`). The packed row count is chosen per batch (the largest any process
-needs, rounded up to `ROW_MULTIPLE`), so a run compiles a few shapes.
+separately; one to a row for models that declare they do not pack (`Built.packs`). The
+packed row count is chosen per batch (the largest any process needs, rounded up to
+`ROW_MULTIPLE`), so a run compiles a few shapes.
 
 The run (response selection before, during and after; the context encoder exported
 for Stage 2) is `train.trainer`'s.
