@@ -302,6 +302,37 @@ def load(name_or_path: str | os.PathLike) -> PretrainedFolder:
                             "bias": pooler["pooler.dense.bias"]} if len(pooler) == 2 else None)
 
 
+def with_architecture(folder: PretrainedFolder, overrides: str, source: str) -> PretrainedFolder:
+  """`folder`'s architecture with some config.json fields changed, and no weights: what a
+  smaller (or larger) Transformer of the same family, trained from scratch, starts from.
+
+  Args:
+    overrides: "field=value,..." over config.json's fields, e.g.
+      "num_hidden_layers=4,hidden_size=256,num_attention_heads=4,intermediate_size=1024";
+      each value takes the type of the field it replaces.
+    source: what to name in errors (the config field the string came from).
+  """
+  hf = dict(folder.hf_config)
+  for part in filter(None, (x.strip() for x in overrides.split(","))):
+    key, sep, text = part.partition("=")
+    if not sep or key not in hf:
+      raise ValueError(f"{source}: {part!r} is not field=value for a field of "
+                       f"{folder.tokenizer_dir / 'config.json'}")
+    old = hf[key]
+    if isinstance(old, bool) or not isinstance(old, (int, float, str)):
+      raise ValueError(f"{source}: {key} ({type(old).__name__}) cannot be overridden")
+    try:
+      hf[key] = type(old)(text)
+    except ValueError:
+      raise ValueError(f"{source}: {key}={text!r} is not of type {type(old).__name__}") from None
+  config = TransformerConfig.from_hf_dict(hf, source=source)
+  if config.hidden_size % config.num_attention_heads:
+    raise ValueError(f"{source}: hidden_size {config.hidden_size} is not a multiple of "
+                     f"num_attention_heads {config.num_attention_heads}")
+  return dataclasses.replace(folder, config=config, hf_config=hf, transformer={},
+                             projection=None, pooler=None)
+
+
 def _pooling_mode(path: Path) -> str:
   cfg = _read_json(path)
   modes = [k for k in ("pooling_mode_mean_tokens", "pooling_mode_cls_token",

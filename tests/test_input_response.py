@@ -223,3 +223,41 @@ def test_transformer_conversations_only_run_exports_an_hf_folder(tmp_path, tiny_
   assert "nli_loss" not in json.dumps(m) and m["steps"] == 4
   assert (tmp_path / "run" / "model" / "config.json").is_file()
   assert {"syn_r_at_1", "syn_r_at_3", "syn_r_at_10", "stsb_dev_pearson"} <= set(m)
+
+
+SMALLER = "num_hidden_layers=1,hidden_size=16,num_attention_heads=2,intermediate_size=24"
+
+
+def test_rand_transformer_of_another_size_trains_and_exports_that_size(tmp_path, tiny_bert_dir):
+  from transformers import AutoModel
+  from convfit_jax import Encoder
+  folder = write_data(tmp_path)
+  c = config_for(folder, "init_from=rand,runlocal", **{
+      "model.architecture": str(tiny_bert_dir), "model.architecture_overrides": SMALLER,
+      "train.max_steps": 4})
+  assert c.train.learning_rate == 5e-4  # from scratch, not the fine-tuning rate
+  m = input_response.train_and_evaluate(c)
+  assert m["steps"] == 4 and np.isfinite(m["stsb_test_pearson"])
+  exported = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+  assert (exported["num_hidden_layers"], exported["hidden_size"], exported["intermediate_size"]) == (1, 16, 24)
+  texts = ["does anyone know about grub here", "yes the wifi docs explain it"]
+  ours = Encoder.from_pretrained(tmp_path / "run" / "model").encode(texts)
+  assert ours.shape == (2, 16)
+  torch_model = AutoModel.from_pretrained(tmp_path / "run" / "model")  # transformers reads it
+  assert torch_model.config.num_hidden_layers == 1
+
+
+def test_architecture_overrides_are_checked_field_by_field(tiny_bert_dir):
+  from convfit_jax.models import sentence
+  model, ck = sentence.init("rand", architecture=tiny_bert_dir, architecture_overrides=SMALLER)
+  assert len(model.transformer.layers) == 1 and ck.config.hidden_size == 16
+  assert ck.hf_config["num_attention_heads"] == 2 and ck.transformer == {}
+  for overrides, message in (("num_layers=2", "'num_layers=2' is not field=value"),
+                             ("hidden_size", "'hidden_size' is not field=value"),
+                             ("hidden_size=wide", "hidden_size='wide' is not of type int"),
+                             ("hidden_size=30", "not a multiple of num_attention_heads"),
+                             ("architectures=BertModel", "architectures \\(list\\) cannot be overridden")):
+    with pytest.raises(ValueError, match=message):
+      sentence.init("rand", architecture=tiny_bert_dir, architecture_overrides=overrides)
+  with pytest.raises(ValueError, match="needs model.init_from='rand'"):
+    sentence.init(tiny_bert_dir, architecture_overrides=SMALLER)

@@ -15,6 +15,9 @@ SNLI_DIR = "../shared/data/nli/snli"
 
 # The paper's epochs per few-shot setting (0 = full data).
 EPOCHS_BY_SHOTS = {10: 10, 30: 5, 0: 2}
+# A Transformer small enough to train from scratch on a CPU (`model.architecture_overrides`
+# of MiniLM's config: 4 layers of 256, 4 heads; 11M parameters, 7.8M of them word embeddings).
+SMALL_TRANSFORMER = "num_hidden_layers=4,hidden_size=256,num_attention_heads=4,intermediate_size=1024"
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
@@ -62,6 +65,12 @@ def model_config(init_from: str = MINILM, name: str = "sentence") -> ml_collecti
   # (the paper's rand rows).
   m.init_from = init_from
   m.architecture = MINILM  # config + tokenizer when init_from="rand"
+  # With "rand": config.json fields to change, "field=value,...", e.g. SMALL_TRANSFORMER.
+  m.architecture_overrides = ""
+  # With "rand": "xavier" (Glorot uniform, the paper's rand rows, which start from it) or
+  # "normal" (HF's N(0, initializer_range): how BERT starts pretraining; Glorot's word
+  # embeddings are 6 times smaller than its position embeddings, and contrast from them stalls).
+  m.rand_init = "xavier"
   m.max_length = 48
   m.dtype = "float32"  # compute dtype; "bfloat16" on accelerators; parameters stay float32
   m.remat = False  # per-layer rematerialisation

@@ -7,7 +7,8 @@
   python -m convfit_jax.main --config=configs/input_response.py:runlocal        # a smoke run
 
 Arguments: encoder (sentence: a pretrained Transformer, `init_from`, default MiniLM, or
-`rand`; dan: the deep averaging network from scratch), dataset (sgd, ubuntu_irc,
+`rand`: a small Transformer from scratch, `common.SMALL_TRANSFORMER` of MiniLM's config and
+tokenizer; dan: the deep averaging network from scratch), dataset (sgd, ubuntu_irc,
 dailydialog: the conversation pairs), multitask (add the NLI task: SICK train + SNLI
 dev), nli_fraction (the share of those NLI pairs kept, seeded), init_from, steps,
 seed, workdir, runlocal.
@@ -42,7 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   dan = a.encoder == "dan"
   c = ml_collections.ConfigDict()
   c.task = "input_response"
-  name = f"{'dan' if dan else 'minilm' if a.init_from == common.MINILM else 'sentence'}_{a.dataset}"
+  rand = not dan and a.init_from == "rand"
+  name = {a.init_from: "sentence", common.MINILM: "minilm", "rand": "rand"}[a.init_from]
+  name = f"{'dan' if dan else name}_{a.dataset}"
   name += f"_nli{a.nli_fraction:g}" if a.multitask else ""
   c.workdir = a.workdir or f"workdirs/input_response/{name}_seed{a.seed}"
   c.seed = a.seed
@@ -66,6 +69,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.encoder = "sentence"
     c.model.max_length = 64
     c.model.dropout = True
+    if rand:  # from scratch: MiniLM's tokenizer and family, a CPU-sized Transformer
+      c.model.architecture_overrides = common.SMALL_TRANSFORMER
+      c.model.rand_init = "normal"
   c.model.response_tower = False  # tied: one encoder for inputs and responses
   c.model.response_ff = True  # the response-side feed-forward network
   c.model.response_ff_hidden = 0  # its hidden width; 0 = 4 * dim
@@ -89,11 +95,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.loss.scale = 20.0  # softmax over scale * cosine of inputs and the batch's responses
 
   c.train = common.train_config(log_every=20, checkpoint_every=200)
-  c.train.batch_size = 128 if dan else 64  # conversation pairs per step
-  c.train.nli_batch_size = (128 if dan else 32) if a.multitask else 0  # NLI pairs per step
+  scratch = dan or rand  # from scratch: more negatives a step, a whole epoch
+  c.train.batch_size = 128 if scratch else 64  # conversation pairs per step
+  c.train.nli_batch_size = (128 if dan else 64 if rand else 32) if a.multitask else 0  # NLI pairs per step
   c.train.nli_weight = 1.0
   c.train.epochs = 5 if dan else 1
-  c.train.max_steps = a.steps if dan else a.steps or 300  # > 0: stop there
+  c.train.max_steps = a.steps if scratch else a.steps or 300  # > 0: stop there
   # The NLI classifier and the response network start fresh (the network as the identity):
   # at a pretrained encoder's 2e-5 they barely move in a CPU-sized run.
   c.train.heads = ("nli", "dual/response_ff")
@@ -101,6 +108,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if dan:
     c.train.learning_rate = 1e-3
     c.train.weight_decay = 0.0
+  if rand:  # random weights take the rate of pretraining, not of fine-tuning
+    c.train.learning_rate = 5e-4
 
   c.evals = ml_collections.ConfigDict()
   c.evals.sts = common.sts_eval(batch_size=32)

@@ -138,22 +138,31 @@ def load(name_or_path: str | os.PathLike, *, dtype=None, remat: bool = False,
 
 
 def init(init_from: str | os.PathLike, *, architecture: str | os.PathLike = hf_io.MINILM,
-                          dtype=None, remat: bool = False, projection_dim: int | None = None,
-                          seed: int = 0):
+         architecture_overrides: str = "", rand_init: str = "xavier", dtype=None,
+         remat: bool = False, projection_dim: int | None = None, seed: int = 0):
   """The encoder a training run starts from, and the `hf_io.PretrainedFolder` of its tokenizer and config.
 
   Args:
     init_from: a folder or hub id (pretrained, or a Stage 1/2 output: a workdir with a
       `model/` folder is accepted as is), or "rand" for `architecture` with
-      Glorot-uniform weights (the paper's `rand` baseline).
+      random weights (`rand_init`).
     architecture: config and tokenizer for "rand".
+    architecture_overrides: for "rand", config.json fields to change
+      (`hf_io.with_architecture`): a Transformer of another size from scratch.
+    rand_init: for "rand", "xavier" (Glorot uniform: the paper's `rand` baseline) or
+      "normal" (HF's N(0, initializer_range): BERT's own start, which trains from scratch).
     dtype, remat, projection_dim, seed: as in `load`.
   """
+  if architecture_overrides and str(init_from) != "rand":
+    raise ValueError(f"model.architecture_overrides={architecture_overrides!r} changes the shape of "
+                     f"the weights; it needs model.init_from='rand', not {str(init_from)!r}")
   if str(init_from) == "rand":
     ck = hf_io.load(architecture)
+    if architecture_overrides:
+      ck = hf_io.with_architecture(ck, architecture_overrides, source="model.architecture_overrides")
     model = SentenceEncoder(ck.config, rngs=nnx.Rngs(seed), pooling=ck.pooling,
                             projection_dim=projection_dim, dtype=jnp.float32 if dtype is None else dtype,
-                            init="xavier", remat=remat)
+                            init=rand_init, remat=remat)
     return model, ck
   folder = Path(init_from)
   if (folder / "model" / "config.json").is_file():
@@ -163,11 +172,13 @@ def init(init_from: str | os.PathLike, *, architecture: str | os.PathLike = hf_i
 
 
 def build(m, *, seed: int, train_texts=None) -> Built:
-  """The encoder a `model` config block names (init_from, architecture, dtype, remat,
-  projection_dim), with its tokenizer (pretrained: `train_texts`, which models with
-  vocabularies of their own read, is not needed)."""
+  """The encoder a `model` config block names (init_from, architecture,
+  architecture_overrides, rand_init, dtype, remat, projection_dim), with its tokenizer (pretrained:
+  `train_texts`, which models with vocabularies of their own read, is not needed)."""
   del train_texts
-  model, ck = init(m.init_from, architecture=m.architecture, dtype=jnp.dtype(m.dtype),
+  model, ck = init(m.init_from, architecture=m.architecture,
+                   architecture_overrides=m.get("architecture_overrides", ""),
+                   rand_init=m.get("rand_init", "xavier"), dtype=jnp.dtype(m.dtype),
                    remat=m.get("remat", False), projection_dim=m.get("projection_dim", 0) or None,
                    seed=seed)
   return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize)
