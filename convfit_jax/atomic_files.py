@@ -29,6 +29,15 @@ def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) ->
   os.replace(tmp, path)
 
 
+def write_text(path: str | os.PathLike, text: str) -> None:
+  """`text` as a UTF-8 file."""
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(text, encoding="utf-8")
+  os.replace(tmp, path)
+
+
 def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
   """`array` as a .npy file."""
   path = Path(path)

@@ -29,6 +29,7 @@ TASKS = {
     "byte_autoencoder": "convfit_jax.train.byte_autoencoder:train_and_evaluate",
     "encode": "convfit_jax.tasks.encode:run",
     "evaluate": "convfit_jax.tasks.evaluate:run",
+    "hard_negatives": "convfit_jax.tasks.hard_negatives:run",
     "input_response": "convfit_jax.train.input_response:train_and_evaluate",
     "protocol": "convfit_jax.tasks.protocol:run",
     "rerank": "convfit_jax.train.rerank:train_and_evaluate",

@@ -22,7 +22,7 @@ ceiling) and rerank_r_at_1/10, rerank_mrr (an answer outside the cut counts as m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import ml_collections
 import numpy as np
@@ -40,6 +40,15 @@ from convfit_jax.train.workdir import Workdir, summary
 
 def _prefixed(prefix: str, values: dict[str, float]) -> dict[str, float]:
   return {f"{prefix}{k}": v for k, v in values.items()}
+
+
+def retriever_embeddings(m: ml_collections.ConfigDict, *, seed: int, batch_size: int
+                         ) -> Callable[[Sequence[str]], np.ndarray]:
+  """texts -> [n, dim] float32 unit vectors of the dual encoder the `m` block names (a
+  folder, hub id or Stage 1/2 workdir as `init_from`; `max_length` tokens)."""
+  built = models.get(m.name).build(m, seed=seed)
+  encoder = Encoder(built.model, built.tokenizer, max_length=m.max_length, hf_config=built.hf_config)
+  return lambda texts: encoder.encode(texts, batch_size=batch_size, normalize=True)
 
 
 def exclude_own_turns(scores: np.ndarray, pool: list[str], histories, answer: np.ndarray) -> float:
@@ -80,10 +89,7 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     if not 1 <= r.k <= len(pool):
       raise ValueError(f"retrieve.k={r.k}: between 1 and the pool size {len(pool)}")
 
-    built = models.get(config.retriever.name).build(config.retriever, seed=config.seed)
-    encoder = Encoder(built.model, built.tokenizer, max_length=config.retriever.max_length,
-                      hf_config=built.hf_config)
-    enc = lambda texts: encoder.encode(texts, batch_size=r.batch_size, normalize=True)
+    enc = retriever_embeddings(config.retriever, seed=config.seed, batch_size=r.batch_size)
     scores = enc(queries) @ enc(pool).T  # [queries, pool]; unit rows: cosines
     metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k,
                "own_turns_excluded": exclude_own_turns(scores, pool, cases.histories, answer)}
