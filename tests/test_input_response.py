@@ -252,6 +252,12 @@ def test_architecture_overrides_are_checked_field_by_field(tiny_bert_dir):
   model, ck = sentence.init("rand", architecture=tiny_bert_dir, architecture_overrides=SMALLER)
   assert len(model.transformer.layers) == 1 and ck.config.hidden_size == 16
   assert ck.hf_config["num_attention_heads"] == 2 and ck.transformer == {}
+  # rand_init: "normal" is BERT's N(0, 0.02) start, Glorot's word table is far smaller.
+  words = lambda init: np.asarray(sentence.init("rand", architecture=tiny_bert_dir, rand_init=init,
+                                                architecture_overrides=SMALLER)[0]
+                                  .transformer.embeddings.word_embeddings.embedding[...])
+  assert 0.019 < words("normal").std() < 0.021
+  assert words("xavier").std() < 0.5 * words("normal").std()
   for overrides, message in (("num_layers=2", "'num_layers=2' is not field=value"),
                              ("hidden_size", "'hidden_size' is not field=value"),
                              ("hidden_size=wide", "hidden_size='wide' is not of type int"),
