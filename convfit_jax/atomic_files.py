@@ -20,13 +20,7 @@ def _json_default(obj):
 
 def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) -> None:
   """`obj` as indented JSON with a final newline; NumPy scalars and arrays as numbers and lists."""
-  path = Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=sort_keys, default=_json_default)
-    f.write("\n")
-  os.replace(tmp, path)
+  write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=_json_default) + "\n")
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -44,8 +44,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.task = "input_response"
   rand = not dan and a.init_from == "rand"
-  name = {a.init_from: "sentence", common.MINILM: "minilm", "rand": "rand"}[a.init_from]
-  name = f"{'dan' if dan else name}_{a.dataset}"
+  name = ("dan" if dan else "rand" if rand else
+          "minilm" if a.init_from == common.MINILM else "sentence") + f"_{a.dataset}"
   name += f"_nli{a.nli_fraction:g}" if a.multitask else ""
   c.workdir = a.workdir or f"workdirs/input_response/{name}_seed{a.seed}"
   c.seed = a.seed

@@ -61,16 +61,12 @@ class CrossEncoder(nnx.Module):
 
 def build(m: ml_collections.ConfigDict, *, seed: int,
           train_texts: Callable[[], Iterable[str]]) -> Built:
-  """The cross-encoder a `model` config block names: `init_from` (a pretrained folder or
-  hub id, a Stage 1/2 workdir, or "rand" with `architecture` and its overrides), dtype, remat. The
-  classifier is new (seeded); the pooler is the checkpoint's where it has one.
+  """The cross-encoder a `model` config block names (`sentence.init_from_config`'s fields:
+  a pretrained folder or hub id, a Stage 1/2 workdir, or "rand"). The classifier is new
+  (seeded); the pooler is the checkpoint's where it has one.
   `train_texts` is not read: the vocabulary is the pretrained tokenizer's."""
   del train_texts
-  encoder, ck = sentence.init(m.init_from, architecture=m.architecture,
-                              architecture_overrides=m.get("architecture_overrides", ""),
-                              rand_init=m.get("rand_init", "xavier"),
-                              dtype=jnp.dtype(m.dtype),
-                              remat=m.get("remat", False), seed=seed)
+  encoder, ck = sentence.init_from_config(m, seed=seed)
   model = CrossEncoder(ck.config, rngs=nnx.Rngs(seed), dtype=jnp.dtype(m.dtype),
                        remat=m.get("remat", False))
   model.transformer = encoder.transformer

@@ -171,16 +171,22 @@ def init(init_from: str | os.PathLike, *, architecture: str | os.PathLike = hf_i
                                seed=seed)
 
 
+def init_from_config(m, *, seed: int, projection_dim: int | None = None):
+  """`init` with the fields of a `model` config block (init_from, architecture,
+  architecture_overrides, rand_init, dtype, remat): what every Transformer-based model
+  (the sentence encoder, the cross-encoder) starts from."""
+  return init(m.init_from, architecture=m.architecture,
+              architecture_overrides=m.get("architecture_overrides", ""),
+              rand_init=m.get("rand_init", "xavier"), dtype=jnp.dtype(m.dtype),
+              remat=m.get("remat", False), projection_dim=projection_dim, seed=seed)
+
+
 def build(m, *, seed: int, train_texts=None) -> Built:
-  """The encoder a `model` config block names (init_from, architecture,
-  architecture_overrides, rand_init, dtype, remat, projection_dim), with its tokenizer (pretrained:
-  `train_texts`, which models with vocabularies of their own read, is not needed)."""
+  """The encoder a `model` config block names (`init_from_config`'s fields and
+  projection_dim), with its tokenizer (pretrained: `train_texts`, which models with
+  vocabularies of their own read, is not needed)."""
   del train_texts
-  model, ck = init(m.init_from, architecture=m.architecture,
-                   architecture_overrides=m.get("architecture_overrides", ""),
-                   rand_init=m.get("rand_init", "xavier"), dtype=jnp.dtype(m.dtype),
-                   remat=m.get("remat", False), projection_dim=m.get("projection_dim", 0) or None,
-                   seed=seed)
+  model, ck = init_from_config(m, seed=seed, projection_dim=m.get("projection_dim", 0) or None)
   return Built(model, load_tokenizer(ck.tokenizer_dir), ck.hf_config, ck.normalize)
 
 
