@@ -2,25 +2,31 @@
 
 Prepared for a session with a GPU (issue 4: "run the protocol table for banking77 /
 hwu64 / clinc150 with one prepared script that finishes within 15 minutes, and record
-it as a GPU figure with the device named"). Run from the repository root:
+it as a GPU figure with the device named"; issue 12: "run the paper-length protocol
+(sparse, 10 epochs) and the dense objective at equal steps on it"). Run from the
+repository root:
 
   python benchmarks/gpu_protocol.py [--budget_s 330] [--out PATH]   # the GPU run
+  python benchmarks/gpu_protocol.py --losses ocl,supcon --dense_steps pairs   # issue 12's
   python benchmarks/gpu_protocol.py --smoke                         # ~2 min on a 2-core CPU
 
-What it runs: `convfit_jax.tasks.protocol.train_and_evaluate` (the paper's grid of
-Stage 2 runs, each a full `stage2.train_and_evaluate`: k-NN and MLP before, training,
-k-NN after) with
+What it runs: the cells of `convfit_jax.tasks.protocol` (each a full
+`stage2.train_and_evaluate`: k-NN and MLP before, training, k-NN after) with
 
   datasets banking77, hwu64, clinc150; 10-shot; loss ocl; seeds 0, 1, 2;
   all-MiniLM-L6-v2; the paper's step counts (10 epochs of batch 32 pairs:
   7,580 / 6,300 / 14,770 steps, 28,650 per seed, 85,950 in all); float32
   (parameters and activations; XLA's default matmul precision, i.e. TF32 tensor
-  cores on Hopper); full test sets; the MLP baseline row.
+  cores on Hopper); full test sets; the MLP baseline row (from the first loss's cells).
 
-One `train_and_evaluate` call per seed, all into one workdir, so that with
-`--budget_s` the script stops between seeds when the next seed would not fit (the
-estimate is the last seed's time + 15 s); the table then covers the seeds that finished
-(every dataset), and says so. Each cell's workdir is resumable: rerunning the same
+With `--dense_steps pairs`, a label-batch objective (supcon, dense_*: 16 intents x 4
+utterances, at most the 64 sentences a 32-pair step encodes) trains as many steps as the
+pairs cell of the same dataset and seed, so both see the same sentence encodings.
+
+Cells run seed by seed, dataset by dataset, loss by loss, all into one workdir; with
+`--budget_s` a cell starts only if its time in the previous seed fits in what is left
+(the first seed always runs), and the record names the cells left out. The record is
+rewritten after every cell. Each cell's workdir is resumable: rerunning the same
 command continues where a killed run stopped and does not retrain finished cells.
 Checkpoints are written only at the end of each cell (a lease is too short to resume
 from inside a cell, and an orbax save of MiniLM's 270 MB train state every 500 steps
@@ -28,10 +34,10 @@ would cost ~1 minute over the grid). JAX's persistent compilation cache is on, s
 seeds 1 and 2 reuse seed 0's compiled steps where they pack to the same row count.
 
 Estimate (no GPU measured yet): a MiniLM Stage 2 step at batch 32 pairs (<= 64
-sentences packed into ~24 rows of 48 tokens, ~0.1 TFLOP) is launch- and host-bound on an
-H200, about 3-6 ms with the loop's per-step loss sync, so 28,650 steps ~ 1.5-3 min per seed,
-plus ~20-40 s of compilation (one packed row count per run) and
-~5 s of evaluation per cell: ~2-3.5 min per seed, 6-10 min for three seeds.
+sentences packed into ~28 rows of 48 tokens, ~0.1 TFLOP) is launch-bound on an H200,
+about 3-6 ms (the loss is read once per logging window; the host makes a batch in
+~0.5 ms), so 28,650 steps ~ 1.5-3 min per seed and loss, plus ~20-40 s of compilation
+per packed row count and ~5 s of evaluation per cell.
 `launch/gpu_checks.sh` gives it the time left in its 10-minute command.
 
 Prints the device (jax.devices()[0].device_kind), wall time, per-cell times and the
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -59,7 +66,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--smoke", action="store_true",
-                 help="tiny CPU check: banking77, 2-shot, seed 0, 3 steps, 50 test rows")
+                 help="tiny CPU check: banking77, 2-shot, seed 0, 3 steps, 50 test rows (--losses kept)")
   p.add_argument("--datasets", default="banking77,hwu64,clinc150")
   p.add_argument("--shots", default="10", help="comma-separated; 0 = full data")
   p.add_argument("--seeds", default="0,1,2")
@@ -69,14 +76,19 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--max_test", type=int, default=0, help="> 0: seeded test subset")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--no_mlp", action="store_true", help="skip the MLP baseline row")
+  p.add_argument("--dense_steps", default="epochs", choices=("epochs", "pairs"),
+                 help="label-batch objectives (supcon, dense_*) train by their own epochs, or "
+                      "as many steps as the pairs cell of the same dataset, shots and seed "
+                      "(list a pairs loss first)")
   p.add_argument("--budget_s", type=float, default=0.0,
-                 help="> 0: start another seed only if it is estimated to finish within this")
+                 help="> 0: start a cell only if it is estimated to finish within this (its "
+                      "time in the previous seed)")
   p.add_argument("--workdir", default="", help="default workdirs/gpu_protocol[_smoke]")
   p.add_argument("--out", default="", help="markdown record (default $OUT or workdirs/)")
   p.add_argument("--compile_cache", default="", help="JAX persistent compilation cache folder")
   args = p.parse_args(argv)
   if args.smoke:
-    args.datasets, args.shots, args.seeds, args.losses = "banking77", "2", "0", "ocl"
+    args.datasets, args.shots, args.seeds = "banking77", "2", "0"
     args.max_steps = args.max_steps or 3
     args.max_test = args.max_test or 50
   return args
@@ -101,7 +113,7 @@ def main(argv=None) -> int:
   jax.config.update("jax_compilation_cache_dir", cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
-  from convfit_jax.configs import common, protocol as protocol_config  # pylint: disable=import-outside-toplevel
+  from convfit_jax.configs import common, protocol as protocol_config, stage2 as stage2_config  # pylint: disable=import-outside-toplevel
   from convfit_jax.tasks import protocol  # pylint: disable=import-outside-toplevel
   encoder = args.init_from or common.MINILM
 
@@ -123,6 +135,9 @@ def main(argv=None) -> int:
     setting = lambda s: f"{s}-shot" if s else "full"
     steps_note = (f"every run cut to {args.max_steps} steps (schedule follows)" if args.max_steps
                   else "the paper's step counts (10/5/2 epochs for 10-shot/30-shot/full, batch 32 pairs)")
+    if args.dense_steps == "pairs":
+      steps_note += ("; label-batch objectives (16 intents x 4 utterances a step) train as many"
+                     " steps as the pairs cell of the same dataset and seed")
     cells = ["| dataset | setting | loss | seed | steps | train s | steps/s | k-NN before | k-NN after | MLP before |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     pct = lambda r, k: f"{100 * r[k]:.2f}" if k in r else "–"
@@ -143,7 +158,7 @@ def main(argv=None) -> int:
         + (" — the workdir held finished cells from an earlier run, which were not retrained"
            if resumed else ""),
         f"- Grid: {', '.join(datasets)} × {', '.join(setting(s) for s in shots)} × {', '.join(losses)}"
-        f" × seeds {done}" + (f" (seeds {skipped} skipped: over --budget_s {args.budget_s:.0f})"
+        f" × seeds {done}" + (f" (not run, over --budget_s {args.budget_s:.0f}: {'; '.join(skipped)})"
                               if skipped else ""),
         f"- Encoder: {encoder}; compute dtype {args.dtype}"
         + (" (XLA default matmul precision: TF32 on Ampere/Hopper GPUs)" if args.dtype == "float32" else ""),
@@ -167,29 +182,46 @@ def main(argv=None) -> int:
     out.write_text(record, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(
         {"device": device, "device_kind": dev.device_kind, "jax": jax.__version__, "date": date,
-         "wall_seconds": wall, "seed_seconds": seed_seconds, "skipped_seeds": skipped,
+         "wall_seconds": wall, "seed_seconds": seed_seconds, "skipped_cells": skipped,
          "args": vars(args), "results": results}, indent=1), encoding="utf-8")
     return record
 
-  for i, seed in enumerate(seeds):
-    elapsed = time.perf_counter() - wall0
-    # The last seed's time: seed 0 pays the compilation that later seeds load from the cache.
-    if args.budget_s > 0 and seed_seconds and elapsed + seed_seconds[-1] + 15 > args.budget_s:
-      skipped = seeds[i:]
-      print(f"budget: {elapsed:.0f} s spent, the last seed took {seed_seconds[-1]:.0f} s, "
-            f"{args.budget_s:.0f} s allowed: seeds {skipped} not run", flush=True)
-      break
-    c = protocol_config.get_config(f"workdir={workdir},init_from={encoder}")
-    c.datasets, c.shots, c.seeds, c.losses = tuple(datasets), tuple(shots), (seed,), tuple(losses)
-    s2 = c.stage2
-    s2.train.max_steps, s2.evals.knn.max_test, s2.model.dtype = args.max_steps, args.max_test, args.dtype
-    s2.evals.knn.mlp = not args.no_mlp
-    s2.train.checkpoint_every = 10**9  # each cell checkpoints at its end only (force-saved)
-    tic = time.perf_counter()
-    results += protocol.run(c)
-    seed_seconds.append(time.perf_counter() - tic)
-    print(f"seed {seed}: {seed_seconds[-1]:.0f} s", flush=True)
-    write_record(final=False)  # kept if a later seed is killed
+  # Every cell's Stage 2 config: configs/protocol.py's, with the script's options.
+  template = protocol_config.get_config(f"workdir={workdir},init_from={encoder}").stage2
+  template.evals.knn.max_test, template.model.dtype = args.max_test, args.dtype
+  template.train.checkpoint_every = 10**9  # each cell checkpoints at its end only (force-saved)
+  finished_seconds: dict[tuple, float] = {}   # (dataset, shots, loss) -> the last seed's time
+  for seed in seeds:
+    tic_seed = time.perf_counter()
+    for dataset, s, loss in itertools.product(datasets, shots, losses):
+      elapsed = time.perf_counter() - wall0
+      last = finished_seconds.get((dataset, s, loss))
+      if args.budget_s > 0 and last is not None and elapsed + last + 5 > args.budget_s:
+        skipped.append(f"{dataset} {s}-shot {loss} seed {seed}")
+        print(f"budget: {elapsed:.0f} s spent, this cell took {last:.0f} s in the last seed, "
+              f"{args.budget_s:.0f} s allowed: {skipped[-1]} not run", flush=True)
+        continue
+      t = template.train
+      sampler, _ = stage2_config.parse_objective(loss)
+      t.max_steps, epochs = args.max_steps, None
+      if sampler == "labels" and args.dense_steps == "pairs":
+        paired = [r for r in results if r["dataset"] == dataset and r["shots"] == s
+                  and r["seed"] == seed and stage2_config.parse_objective(r["loss"])[0] == "pairs"]
+        if not paired:
+          raise SystemExit(f"--dense_steps=pairs: no pairs cell before {loss} on {dataset}: "
+                           "list a pairs loss (ocl, cos, smax, cl) first in --losses")
+        # Enough epochs over the utterances that the pairs cell's step count is the cut.
+        t.max_steps, epochs = paired[0]["steps"], 10**6
+      # The baselines (k-NN and MLP before Stage 2) are the table's from the first loss's cells.
+      template.evals.knn.mlp = not args.no_mlp and loss == losses[0]
+      tic = time.perf_counter()
+      results.append(protocol.run_cell(template, str(workdir), dataset=dataset, shots=s,
+                                       loss=loss, seed=seed, epochs=epochs))
+      finished_seconds[(dataset, s, loss)] = time.perf_counter() - tic
+      print(f"{dataset} {s}-shot {loss} seed {seed}: {finished_seconds[(dataset, s, loss)]:.0f} s",
+            flush=True)
+      write_record(final=False)  # kept if a later cell is killed
+    seed_seconds.append(time.perf_counter() - tic_seed)
   record = write_record(final=True)
   print(record, flush=True)
   print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)

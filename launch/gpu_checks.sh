@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 4 and 5 in one command: Stage 1 MFU (RoBERTa-base size, bf16,
+# The GPU checks of issues 4, 5 and 12 in one command: Stage 1 MFU (RoBERTa-base size, bf16,
 # batch 256 x 64) and the protocol table (banking77 / hwu64 / clinc150, 10-shot, ocl,
-# seeds 0-2, the paper's step counts), outputs under $OUT.
+# seeds 0-2, the paper's step counts; issue 12's: PROTOCOL_ARGS="--losses ocl,supcon
+# --dense_steps pairs"), outputs under $OUT.
 #
 # Two steps, because the GPU machine reaches no package registry and carries at most
 # 64 MiB (MiniLM's float32 weights are 87 MB):
@@ -10,7 +11,7 @@
 #        bash launch/gpu_checks.sh prepare
 #      writes workdirs/gpu_carry/ (ignored by git, ~47 MB): wheels of the two pure-Python
 #      dependencies the GPU image lacks (ml_collections, tensorboardX), of the flax, optax
-#      and orbax-checkpoint versions tested here (installed only if the image's fail), and
+#      and orbax-checkpoint versions tested here (installed over the image's), and
 #      all-MiniLM-L6-v2 with its weights stored as float16 (read back as float32; relative
 #      rounding <= 2^-11 per weight; encodings agreed with the float32 load to cosine
 #      >= 0.9999996 on test sentences, so k-NN numbers can differ only in rare near-ties).
@@ -39,10 +40,10 @@ if [[ "${1:-}" == "prepare" ]]; then
   mkdir -p "$CARRY/wheels"
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/wheels" \
     "ml_collections==1.1.0" "tensorboardX==2.6.5"
-  # The versions tested on the CPU machine, used only if the image's flax/optax/orbax fail.
+  # The versions tested with the image's JAX 0.11.2 on Python 3.12, installed over the image's.
   mkdir -p "$CARRY/wheels_pinned"
-  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/wheels_pinned" \
-    "flax==0.12.8" "optax==0.2.8" "orbax-checkpoint==0.12.8"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d "$CARRY/wheels_pinned" \
+    "flax==0.12.12" "optax==0.2.8" "orbax-checkpoint==0.12.8"
   "$PY" - "$CARRY/all-MiniLM-L6-v2-fp16" <<'EOF'
 import shutil, sys
 from pathlib import Path
@@ -91,8 +92,11 @@ if ! "$PY" -c "import ml_collections, tensorboardX" 2>/dev/null; then
   fi
 fi
 CHECK='from flax import nnx; nnx.List; import optax, orbax.checkpoint; from convfit_jax.train import stage1, stage2; from convfit_jax.tasks import protocol'
-if ! "$PY" -c "$CHECK" 2>/dev/null && ls "$CARRY"/wheels_pinned/*.whl >/dev/null 2>&1; then
-  echo "the image's flax/optax/orbax fail the import check: using the pinned wheels"
+# The versions tested here with JAX 0.11.2 on Python 3.12, the image's (flax 0.12.8 does not
+# import with it: jax.experimental.hijax lost HiPrimitive), win over the image's
+# flax/optax/orbax, whose versions nobody has read.
+if ls "$CARRY"/wheels_pinned/*.whl >/dev/null 2>&1; then
+  echo "using the pinned flax/optax/orbax wheels"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/convfit_site "$CARRY"/wheels_pinned/*.whl
   export PYTHONPATH="/tmp/convfit_site${PYTHONPATH:+:$PYTHONPATH}"
 fi

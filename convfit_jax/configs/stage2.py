@@ -84,14 +84,15 @@ def run_name(c: ml_collections.ConfigDict, parent: str) -> str:
 
 
 def cell(template: ml_collections.ConfigDict, *, dataset: str, shots: int, loss: str, seed: int,
-         parent: str) -> ml_collections.ConfigDict:
+         parent: str, epochs: int | None = None) -> ml_collections.ConfigDict:
   """The Stage 2 config of one cell of the paper's grid: `template` with the cell's
   dataset, shots, objective (`loss`, as `objective` names it) and seed, and what the paper
-  ties to them (negatives, epochs), in its own workdir under `parent`."""
+  ties to them (negatives, and epochs unless `epochs` is given), in its own workdir under
+  `parent`."""
   c = ml_collections.ConfigDict(template.to_dict())
   c.data.name, c.data.shots, c.data.seed, c.seed = dataset, shots, seed, seed
   c.data.negatives = 3 if shots else 1
   c.train.sampler, c.train.loss = parse_objective(loss)
-  c.train.epochs = common.EPOCHS_BY_SHOTS.get(shots, 2)
+  c.train.epochs = epochs or common.EPOCHS_BY_SHOTS.get(shots, 2)
   c.workdir = run_name(c, parent)
   return c

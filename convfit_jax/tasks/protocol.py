@@ -65,6 +65,15 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
   return "\n".join(lines) + "\n"
 
 
+def run_cell(template: ml_collections.ConfigDict, parent: str, **cell: Any) -> dict[str, Any]:
+  """One cell of the grid (`stage2_config.cell`'s keywords: dataset, shots, loss, seed),
+  trained and evaluated in its own workdir under `parent` (or read back if finished): its
+  keys and numeric metrics."""
+  metrics = stage2.train_and_evaluate(stage2_config.cell(template, parent=parent, **cell))
+  return {**{k: cell[k] for k in ("dataset", "shots", "loss", "seed")},
+          **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+
+
 def run(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
   """Runs every cell of the grid (each resumable on its own); writes results.json and results.md."""
   datasets, shots, seeds, losses = (list(config.datasets), list(config.shots), list(config.seeds),
@@ -76,11 +85,8 @@ def run(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     workdir.write_config(config)
     results, markdown = [], ""
     for dataset, s, loss, seed in itertools.product(datasets, shots, losses, seeds):
-      cell = stage2_config.cell(config.stage2, dataset=dataset, shots=s, loss=loss, seed=seed,
-                                parent=str(config.workdir))
-      metrics = stage2.train_and_evaluate(cell)
-      results.append({"dataset": dataset, "shots": s, "loss": loss, "seed": seed,
-                      **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
+      results.append(run_cell(config.stage2, str(config.workdir), dataset=dataset, shots=s,
+                              loss=loss, seed=seed))
       # Written after every run, so a long protocol shows its progress.
       write_json(workdir.path / "results.json", results, sort_keys=True)
       markdown = table(results, datasets, shots, losses, config.stage2.evals.knn.extra_pools,
