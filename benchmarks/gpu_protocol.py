@@ -33,11 +33,12 @@ from inside a cell, and an orbax save of MiniLM's 270 MB train state every 500 s
 would cost ~1 minute over the grid). JAX's persistent compilation cache is on, so
 seeds 1 and 2 reuse seed 0's compiled steps where they pack to the same row count.
 
-Estimate (no GPU measured yet): a MiniLM Stage 2 step at batch 32 pairs (<= 64
-sentences packed into ~28 rows of 48 tokens, ~0.1 TFLOP) is launch-bound on an H200,
-about 3-6 ms (the loss is read once per logging window; the host makes a batch in
-~0.5 ms), so 28,650 steps ~ 1.5-3 min per seed and loss, plus ~20-40 s of compilation
-per packed row count and ~5 s of evaluation per cell.
+Measured on an H200 (docs/gpu/gpu_protocol_2026-12-04_a.md): a MiniLM Stage 2 step (<= 64
+sentences packed into 15-28 rows of 48 tokens) takes ~9-11 ms, 89-117 steps/s: far from
+FLOP-bound (its ~0.1 TFLOP is well under a millisecond at the H200's rate; the host makes a
+batch in ~0.5 ms; the loss is read once per logging window; not profiled further);
+the first step compiles for ~26 s; evaluation, the MLP baseline and export add 10-60 s a
+cell. One seed of ocl on the three sets (28,650 steps) takes ~8 minutes.
 `launch/gpu_checks.sh` gives it the time left in its 10-minute command.
 
 Prints the device (jax.devices()[0].device_kind), wall time, per-cell times and the

@@ -18,14 +18,18 @@
 #   2. ON THE GPU, with the device tool:
 #        run(command="bash launch/gpu_checks.sh", carry=["workdirs/gpu_carry"], timeout_s=600)
 #
-# Expected duration (estimates, no GPU measured yet): machine start 1-2 min (device time,
-# outside the command); in the command ~15 s setup, Stage 1 MFU ~2-3 min (three
-# variants, ~30-60 s compile each), then the protocol with the time left: ~2-3.5 min
-# per seed (28,650 Stage 2 steps at ~3-6 ms + compile + evaluation), so 1-3 seeds;
-# the command ends by itself at ~570 s (LIMIT_S) and prints what it recorded. Total
-# device time ~11-12 min of the 15: no time for a rerun, so give_back right after.
-# Shorter: MFU_ONLY=1 (~3 min) or PROTOCOL_ONLY=1. SMOKE=1 PYTHON=/work/venv/bin/python
-# runs the whole flow here on the CPU with both scripts in --smoke (~3 min).
+# Measured on an H200 (2026-12-04, docs/gpu/): machine start and transfers ~30 s of device
+# time outside the command; in the command 15-25 s of setup; then each protocol cell of
+# MiniLM at 10-shot trains at 89-117 steps/s (~9-11 ms a step, not FLOP-bound, not
+# profiled; the first step
+# compiles for ~26 s) and spends 10-60 s more on evaluation and export (the MLP baseline
+# most of it): banking77 ocl 153 s, supcon 75 s, hwu64 96 s / 78 s, clinc150 ocl ~230 s.
+# A seed of ocl alone on the three sets ~8 min; ocl and supcon together ~16 min, more
+# than one 10-minute command. The command ends by itself at LIMIT_S (default 570 s) and
+# prints what it recorded; give_back right after. Stage 1 MFU (MFU_ONLY=1, three
+# variants) has not run on a GPU yet. SMOKE=1 PYTHON=... runs the whole flow here on the
+# CPU with both scripts in --smoke (~1-3 min); with a Python 3.12 venv holding jax 0.11.2
+# it is the image's versions.
 #
 # The image's python3 (JAX with CUDA, flax, optax, orbax, transformers...) is used as is;
 # on a machine with network access and no CUDA JAX, a venv gets pip install -e ".[cuda]"
