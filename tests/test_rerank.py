@@ -158,6 +158,22 @@ def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
   assert m["num_queries"] == 6 and m["retrieval_r_at_1"] <= m["retrieval_r_at_5"]
   # The reranker reorders the top 5 only: it finds no answer the retriever left out.
   assert m["rerank_r_at_10"] == m["retrieval_r_at_5"] and m["rerank_r_at_1"] <= m["retrieval_r_at_5"]
+  assert m["fused_r_at_10"] == m["retrieval_r_at_5"] and 0 < m["fused_mrr"] <= 1
+
+
+def test_reciprocal_rank_fusion_and_the_answers_rank_in_the_cut():
+  retriever = np.array([[0.9, 0.8, 0.7], [0.5, 0.5, 0.1]])
+  reranker = np.array([[0.0, 2.0, 1.0], [3.0, 1.0, 2.0]])
+  fused = retrieve_rerank.reciprocal_rank_fusion(retriever, reranker, k=1)
+  # Query 0: ranks (1, 2, 3) and (3, 1, 2); query 1: (1, 2, 3) (a tie goes to the lower
+  # index) and (1, 3, 2).
+  np.testing.assert_allclose(fused, [[1 / 2 + 1 / 4, 1 / 3 + 1 / 2, 1 / 4 + 1 / 3],
+                                     [1 / 2 + 1 / 2, 1 / 3 + 1 / 4, 1 / 4 + 1 / 3]])
+  inside = np.array([[True, False, False], [False, False, False]])
+  ranks = retrieve_rerank.rank_in_cut(fused, inside)
+  assert ranks[0] == 2 and np.isinf(ranks[1])  # 0.75 behind 0.83; query 1's answer is not in the cut
+  # Ties rank the answer last.
+  assert retrieve_rerank.rank_in_cut(np.ones((1, 3)), np.array([[True, False, False]]))[0] == 3
 
 
 def test_a_querys_own_turns_leave_its_pool_unless_one_is_the_answer():
