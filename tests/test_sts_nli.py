@@ -136,6 +136,16 @@ def test_evaluate_task_writes_the_sts_metrics(tmp_path, tiny_bert_dir):
   c.data.sick_dir = ""
   c.workdir = str(tmp_path / "run2")
   assert "sickr_test_pearson" not in evaluate.run(c)
+  # Several Adam rates: the best on dev is kept, so dev never falls below the one-rate run's.
+  c.evals.sts.adapt_learning_rates = (1e-4, 1e-2)
+  c.workdir = str(tmp_path / "run3")
+  grid = evaluate.run(c)
+  assert grid["sts_adapt_learning_rate"] in (1e-4, 1e-2) and m["sts_adapt_learning_rate"] == 1e-4
+  assert grid["stsb_dev_adapted_pearson"] >= m["stsb_dev_adapted_pearson"]
+  c.evals.sts.adapt_learning_rates = ()
+  c.workdir = str(tmp_path / "run4")
+  with pytest.raises(ValueError, match="adapt_learning_rates"):
+    evaluate.run(c)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "nli").is_dir(), reason="../shared/data is absent")

@@ -146,7 +146,8 @@ def sts_eval(**overrides: Any) -> ml_collections.ConfigDict:
   e.adapt = True  # also train the linear transformation on STS-B train (selected on dev)
   e.adapt_epochs = 20
   e.adapt_batch_size = 64
-  e.adapt_learning_rate = 1e-4
+  # Adam rates of the transformation; several: each trained, the best on STS-B dev kept.
+  e.adapt_learning_rates = (1e-4,)
   e.update(overrides)
   return e
 

@@ -4,13 +4,13 @@ Out of the box: the cosine of the two sentences' vectors against the human score
 Pearson r (STS-B's official figure) and Spearman rho, on STS-B dev and test and on
 SICK-R test. Adapted (Yang et al. 2018's transformation matrix): a linear map W
 [d, d], started at the identity, trained on STS-B train to bring cos(uW, vW) to the
-score scaled to [0, 1] (squared error, Adam, seeded minibatches); the epoch with the
-best STS-B dev Pearson is kept (epoch 0 is the identity, so adapting never loses on
-dev), and its W is applied to every set.
+score scaled to [0, 1] (squared error, Adam, seeded minibatches); the epoch (and, where
+several Adam rates are given, the rate) with the best STS-B dev Pearson is kept (epoch 0
+is the identity, so adapting never loses on dev), and its W is applied to every set.
 
 Metric names (fractions): `stsb_dev_pearson`, `stsb_dev_spearman`, `stsb_test_*`,
 `sickr_test_*`, the same with `_adapted` before the statistic
-(`stsb_test_adapted_pearson`), and `sts_adapt_epoch`. Files: `run_config.data.sts_dir`
+(`stsb_test_adapted_pearson`), `sts_adapt_epoch` and `sts_adapt_learning_rate`. Files: `run_config.data.sts_dir`
 (STS-B `train.tsv`, `dev.tsv`, `test.tsv`) and `run_config.data.sick_dir` (SICK
 `test.tsv`; "" leaves SICK-R out).
 """
@@ -118,7 +118,7 @@ class Evaluator:
 
   Args:
     settings: its config block (`configs.common.sts_eval`): adapt, adapt_epochs,
-      adapt_batch_size, adapt_learning_rate, batch_size, predictor.
+      adapt_batch_size, adapt_learning_rates, batch_size, predictor.
     run_config: the run's config: `data.sts_dir`, `data.sick_dir`, `seed`.
     workdir: unused; every evaluator takes it.
   """
@@ -146,12 +146,16 @@ class Evaluator:
     if self.train is None:
       return out
     s = self.settings
-    w, epoch, _ = fit_adaptation(
-        (*_embed(encoder, self.train, batch_size), self.train.scores),
-        (*vectors["stsb_dev"], self.sets["stsb_dev"].scores),
-        config=AdaptConfig(s.adapt_epochs, s.adapt_batch_size, s.adapt_learning_rate), seed=self.seed)
-    logging.info("STS adaptation: epoch %d of %d kept (best STS-B dev Pearson)", epoch, s.adapt_epochs)
-    out["sts_adapt_epoch"] = epoch
+    if not s.adapt_learning_rates:
+      raise ValueError("evals.sts.adapt_learning_rates: give at least one Adam rate")
+    train = (*_embed(encoder, self.train, batch_size), self.train.scores)
+    dev = (*vectors["stsb_dev"], self.sets["stsb_dev"].scores)
+    fits = [(*fit_adaptation(train, dev, config=AdaptConfig(s.adapt_epochs, s.adapt_batch_size, lr),
+                             seed=self.seed), lr) for lr in s.adapt_learning_rates]
+    w, epoch, _, lr = max(fits, key=lambda fit: fit[2])  # the first of equal dev Pearsons
+    logging.info("STS adaptation: epoch %d of %d at Adam rate %g kept (best STS-B dev Pearson)",
+                 epoch, s.adapt_epochs, lr)
+    out["sts_adapt_epoch"], out["sts_adapt_learning_rate"] = epoch, lr
     for name, (u, v) in vectors.items():
       cosines = np.asarray(_cosine(jnp.asarray(u), jnp.asarray(v), jnp.asarray(w)))
       out.update(_correlations(cosines, self.sets[name].scores, f"{name}_adapted_"))
