@@ -128,6 +128,28 @@ def test_words_truncation_and_turn_marks():
   assert vocab.words[:4] == (words.PAD, words.UNK, "__eou__", "__eot__")
 
 
+def test_oov_buckets_give_an_unseen_word_one_id_of_its_own(tmp_path):
+  import zlib
+  vocab = words.build_vocabulary(["the cat sat", "the cat"], min_count=2, oov_buckets=7)
+  assert len(vocab) == 4 + 2 + 7 and vocab.oov_buckets == 7
+  assert vocab.words[-7:] == words.bucket_names(7)
+  first = len(vocab) - 7
+  nick, other = vocab.ids(["ropss3", "newbie28"])
+  assert nick == first + zlib.crc32(b"ropss3") % 7 and other == first + zlib.crc32(b"newbie28") % 7
+  assert nick != other  # these two fall in different buckets of 7
+  ids, _ = words.encode(["ropss3 : the sat ropss3"], vocab, max_length=16, keep="start")
+  assert list(ids[0, :5]) == [nick, first + zlib.crc32(b":") % 7, vocab.ids(["the"])[0],
+                              first + zlib.crc32(b"sat") % 7, nick]
+  assert words.build_vocabulary(["the cat sat"]).ids(["ropss3"]) == [1]  # no buckets: unknown
+  vocab.save(tmp_path / "vocab.txt")
+  assert words.Vocabulary.load(tmp_path / "vocab.txt") == vocab
+  assert words.Vocabulary.load(tmp_path / "vocab.txt").ids(["ropss3"]) == [nick]
+  with pytest.raises(ValueError, match="come last"):
+    words.Vocabulary((*words.RESERVED, "<oov:0>", "cat"))
+  table, found = words.embedding_matrix(vocab, dim=3, vectors=None, seed=0)
+  assert table.shape == (13, 3) and found == 0.0
+
+
 def test_vectors_file_errors_name_the_line(tmp_path):
   vocab = words.build_vocabulary(["the cat"])
   f = tmp_path / "v.txt"

@@ -63,6 +63,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.freeze_embeddings = False  # the paper fine-tunes them on Lowe's Ubuntu
   c.model.min_count = 2  # vocabulary: training words seen at least this often
   c.model.max_vocab = 0  # and at most this many ids (0 = no limit)
+  # Unknown words hashed into this many ids of their own (0: all share one): a test nick
+  # the training texts lack still matches itself in the history (`data.words`).
+  c.model.oov_buckets = 0
   c.model.hidden = 300  # BiLSTMs, the local-matching projection and the MLP
   c.model.dropout = 0.0  # on the MLP's input and hidden layer
   # Products in "bfloat16" (float32 accumulation and states): faster on AMX CPUs, GPUs, TPUs.

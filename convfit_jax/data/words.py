@@ -6,6 +6,12 @@ vocabulary is built from training texts (most frequent first, ties alphabeticall
 behind two reserved ids, padding 0 and unknown 1. Word vectors come from a text file
 of `word v_1 ... v_d` lines (GloVe's format); words the file lacks start random.
 
+Words outside the vocabulary share the unknown id, or, with `oov_buckets`, are hashed
+(CRC-32) into that many extra ids, `<oov:0>`, `<oov:1>`, ... after the words: two
+occurrences of one unseen word (a user's nick in a test context and in the reply that
+addresses it) then get one vector, and different unseen words most likely different
+ones, so a model that matches words can still match them.
+
 Cutting to a maximum length keeps the end of a context (its last turns are what a
 response answers) and the start of a response.
 """
@@ -16,6 +22,7 @@ import collections
 import dataclasses
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -26,6 +33,8 @@ from convfit_jax.data.readers import DataError, decoded_lines
 PAD, UNK = "<pad>", "<unk>"
 TURN_MARKS = ("__eou__", "__eot__")
 RESERVED = (PAD, UNK, *TURN_MARKS)  # the first ids of every vocabulary
+# Names of the hashed unknown-word ids; `tokenize` splits "<" and ">" off, so no text has them.
+_BUCKET = re.compile(r"<oov:(\d+)>")
 _TOKEN = re.compile(r"__eou__|__eot__|\w+|[^\w\s]")
 # Padded lengths start here (`padded_length`): a run compiles a few shapes.
 MIN_PADDED_LENGTH = 16
@@ -36,21 +45,36 @@ def tokenize(text: str) -> list[str]:
   return _TOKEN.findall(text.lower())
 
 
+def bucket_names(n: int) -> tuple[str, ...]:
+  """The vocabulary entries of `n` hashed unknown-word ids: `<oov:0>` ... `<oov:n-1>`."""
+  return tuple(f"<oov:{k}>" for k in range(n))
+
+
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
-  """Words by id: 0 is padding, 1 unknown words, then the turn marks and the words."""
+  """Ids by entry: 0 is padding, 1 unknown words, then the turn marks, the words and any
+  hashed unknown-word ids (`bucket_names`, last). `len` counts every entry: the rows of
+  an embedding table."""
   words: tuple[str, ...]
 
   def __post_init__(self):
     object.__setattr__(self, "_ids", {w: i for i, w in enumerate(self.words)})
     if self.words[:len(RESERVED)] != RESERVED:
       raise ValueError(f"a vocabulary starts with {RESERVED}; got {self.words[:len(RESERVED)]}")
+    buckets = sum(1 for w in self.words if _BUCKET.fullmatch(w))
+    if self.words[len(self.words) - buckets:] != bucket_names(buckets):
+      raise ValueError(f"a vocabulary's {buckets} <oov:k> entries come last, numbered from 0")
+    object.__setattr__(self, "oov_buckets", buckets)
 
   def __len__(self) -> int:
     return len(self.words)
 
   def ids(self, tokens: Sequence[str]) -> list[int]:
-    return [self._ids.get(t, 1) for t in tokens]
+    """Each token's id: its own, else its hashed bucket's, else the unknown id (1)."""
+    if not self.oov_buckets:
+      return [self._ids.get(t, 1) for t in tokens]
+    first = len(self.words) - self.oov_buckets
+    return [self._ids.get(t, first + zlib.crc32(t.encode()) % self.oov_buckets) for t in tokens]
 
   def save(self, path: str | os.PathLike) -> None:
     Path(path).write_text("".join(f"{w}\n" for w in self.words), encoding="utf-8")
@@ -60,20 +84,24 @@ class Vocabulary:
     return cls(tuple(Path(path).read_text(encoding="utf-8").splitlines()))
 
 
-def build_vocabulary(texts: Iterable[str], *, min_count: int = 1, max_size: int = 0) -> Vocabulary:
+def build_vocabulary(texts: Iterable[str], *, min_count: int = 1, max_size: int = 0,
+                     oov_buckets: int = 0) -> Vocabulary:
   """The words of `texts` seen at least `min_count` times, most frequent first (ties
-  alphabetically), at most `max_size` ids in all (0 = no limit); `RESERVED` always first."""
+  alphabetically), at most `max_size` ids before the buckets (0 = no limit), then
+  `oov_buckets` hashed unknown-word ids; `RESERVED` always first."""
   counts = collections.Counter(t for text in texts for t in tokenize(text))
-  return vocabulary_from_counts(counts, min_count=min_count, max_size=max_size)
+  return vocabulary_from_counts(counts, min_count=min_count, max_size=max_size,
+                                oov_buckets=oov_buckets)
 
 
-def vocabulary_from_counts(counts: collections.Counter, *, min_count: int = 1, max_size: int = 0
-                           ) -> Vocabulary:
+def vocabulary_from_counts(counts: collections.Counter, *, min_count: int = 1, max_size: int = 0,
+                           oov_buckets: int = 0) -> Vocabulary:
   """`build_vocabulary` of already counted tokens (any strings: words, bigrams, ...)."""
   words = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
            if c >= min_count and w not in TURN_MARKS]
   words = [*RESERVED, *words]
-  return Vocabulary(tuple(words[:max(max_size, len(RESERVED))] if max_size else words))
+  words = words[:max(max_size, len(RESERVED))] if max_size else words
+  return Vocabulary((*words, *bucket_names(oov_buckets)))
 
 
 def read_vectors(path: str | os.PathLike, vocabulary: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +173,7 @@ def embedding_matrix(vocabulary: Vocabulary, *, dim: int, vectors: str | os.Path
   std = float(pretrained[found].std()) if found.any() else 0.1
   out = np.where(found[:, None], pretrained, rng.normal(0.0, std, pretrained.shape)).astype(np.float32)
   out[0] = 0.0
-  words_found = found[len(RESERVED):]
+  words_found = found[len(RESERVED):len(vocabulary) - vocabulary.oov_buckets]
   return out, float(words_found.mean()) if len(words_found) else 0.0
 
 

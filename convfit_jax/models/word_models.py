@@ -49,11 +49,12 @@ def build(cls, m: ml_collections.ConfigDict, *, seed: int,
   """`cls` as a `model` config block says, its vocabulary built from `train_texts()`.
 
   Besides `cls.Config`'s fields the block has vectors (a word-vectors file, or "" for
-  random embeddings), min_count and max_vocab (`words.build_vocabulary`), max_context
+  random embeddings), min_count, max_vocab and oov_buckets (`words.build_vocabulary`), max_context
   and max_response (`pair_inputs`). `Built.tokenizer` is the vocabulary; `hf_config`
   records the share of its words found in the vectors file.
   """
-  vocabulary = words.build_vocabulary(train_texts(), min_count=m.min_count, max_size=m.max_vocab)
+  vocabulary = words.build_vocabulary(train_texts(), min_count=m.min_count, max_size=m.max_vocab,
+                                      oov_buckets=m.oov_buckets)
   table, found = words.embedding_matrix(vocabulary, dim=m.embed_dim, vectors=m.vectors or None,
                                         seed=seed)
   fields = [f.name for f in dataclasses.fields(cls.Config) if f.name != "vocab_size"]
