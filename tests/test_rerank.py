@@ -11,6 +11,7 @@ from configs import rerank_cross as cross_config
 from configs import rerank_esim as esim_config
 from configs import retrieve_rerank as retrieve_config
 from convfit_jax import sharding
+from convfit_jax.data import words
 from convfit_jax.data.conversations import read_response_selection
 from convfit_jax.evaluators.metrics import response_selection_metrics as metrics_of
 from convfit_jax.tasks import evaluate, retrieve_rerank
@@ -88,14 +89,15 @@ def test_esim_learns_to_match_and_a_killed_run_resumes_to_the_same_weights(tmp_p
   assert evaluate.run(e)["syn_mrr"] == pytest.approx(m["syn_mrr"], abs=0.05)
 
 
-def test_sentence_lstm_trains_exports_and_reloads(tmp_path):
+def test_sentence_lstm_trains_exports_and_reloads_with_oov_buckets(tmp_path):
   _write_data(tmp_path, rows=64, cases=6)
   c = _config(esim_config, "model=sentence_lstm,runlocal", tmp_path, **{
       "model.vectors": "", "model.embed_dim": 8, "model.hidden": 8, "model.attention_dim": 8,
-      "train.batch_size": 16, "train.max_steps": 4})
+      "model.oov_buckets": 5, "train.batch_size": 16, "train.max_steps": 4})
   m = rerank.train_and_evaluate(c)
   assert np.isfinite(m["syn_mrr"]) and (tmp_path / "run" / "model" / "word_model.json").is_file()
   model, inputs = rerank.load_reranker(tmp_path / "run")
+  assert words.Vocabulary.load(tmp_path / "run" / "model" / "vocab.txt").oov_buckets == 5
   cases = read_response_selection(tmp_path / "rs10.jsonl")
   got = metrics_of(rerank.PairScorer(model, inputs).score(cases, batch_size=8), cases.labels)
   assert got["mrr"] == pytest.approx(m["syn_mrr"], abs=1e-6)
