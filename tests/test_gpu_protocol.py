@@ -19,13 +19,17 @@ def _run(tiny_bert_dir, tmp_path, *args):
       capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_dense_cells_train_the_pairs_cells_steps(tiny_bert_dir, tmp_path):
+def test_dense_cells_train_the_pairs_cells_steps_and_the_budget_skips_a_seed(tiny_bert_dir,
+                                                                             tmp_path):
+  # A 1-second budget: seed 0's cells run (no earlier time to go by), seed 1's are skipped.
   done = _run(tiny_bert_dir, tmp_path, "--losses", "ocl,supcon", "--dense_steps", "pairs",
-              "--max_steps", "4")
+              "--max_steps", "4", "--seeds", "0,1", "--budget_s", "1")
   assert done.returncode == 0, done.stderr[-2000:]
   out = tmp_path / "record.md"
-  results = json.loads(out.with_suffix(".json").read_text())["results"]
+  record_json = json.loads(out.with_suffix(".json").read_text())
+  results = record_json["results"]
   assert [(r["loss"], r["steps"]) for r in results] == [("ocl", 4), ("supcon", 4)]
+  assert list(record_json["seed_seconds"]) == ["0"] and len(record_json["skipped_cells"]) == 2
   assert "mlp_accuracy_before" in results[0] and "mlp_accuracy_before" not in results[1]
   supcon = json.loads((tmp_path / "w" / "banking77_2shot_supcon_seed0" / "config.json").read_text())
   assert supcon["train"]["sampler"] == "labels" and supcon["train"]["max_steps"] == 4
