@@ -103,6 +103,25 @@ def test_sentence_lstm_trains_exports_and_reloads_with_oov_buckets(tmp_path):
   assert got["mrr"] == pytest.approx(m["syn_mrr"], abs=1e-6)
 
 
+def test_a_run_goes_on_from_a_finished_one_and_refuses_other_sizes(tmp_path):
+  _write_data(tmp_path, rows=64, cases=6)
+  sizes = {"model.vectors": "", "model.embed_dim": 8, "model.hidden": 8, "model.oov_buckets": 3,
+           "train.batch_size": 16, "train.max_steps": 8, "train.learning_rate": 1e-2}
+  first = rerank.train_and_evaluate(_config(esim_config, "runlocal", tmp_path, **sizes))
+  again = _config(esim_config, "runlocal", tmp_path, **{
+      **sizes, "model.init_from": str(tmp_path / "run"), "model.min_count": 50,
+      "train.max_steps": 4})
+  again.workdir = str(tmp_path / "again")
+  m = rerank.train_and_evaluate(again)
+  # Its "before" is the first run's end: same weights, same vocabulary (min_count unused).
+  assert m["syn_mrr_before"] == pytest.approx(first["syn_mrr"], abs=1e-6)
+  assert m["init_from"] == str(tmp_path / "run" / "model")
+  again.model.hidden = 16
+  again.workdir = str(tmp_path / "other")
+  with pytest.raises(ValueError, match=r"model.hidden=16, but model.init_from .* with 8"):
+    rerank.train_and_evaluate(again)
+
+
 def test_batches_are_a_function_of_the_step(tmp_path):
   _write_data(tmp_path, rows=64)
   c = _config(esim_config, "runlocal", tmp_path, **{"model.vectors": "", "model.embed_dim": 8,

@@ -70,6 +70,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # the training texts lack still matches itself in the history (`data.words`). Without
   # them ESIM fits the training pairs and stays near chance on test (docs/results.md).
   c.model.oov_buckets = 10_000
+  # A finished run of this model (workdir) to go on from, its vocabulary and weights, e.g.
+  # on retrieved negatives after random ones; "" = built from data.train. Sizes must match.
+  c.model.init_from = ""
   c.model.hidden = 300  # BiLSTMs, the local-matching projection and the MLP
   c.model.dropout = 0.0  # on the MLP's input and hidden layer
   # Products in "bfloat16" (float32 accumulation and states): faster on AMX CPUs, GPUs, TPUs.

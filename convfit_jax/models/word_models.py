@@ -51,8 +51,11 @@ def build(cls, m: ml_collections.ConfigDict, *, seed: int,
   Besides `cls.Config`'s fields the block has vectors (a word-vectors file, or "" for
   random embeddings), min_count, max_vocab and oov_buckets (`words.build_vocabulary`), max_context
   and max_response (`pair_inputs`). `Built.tokenizer` is the vocabulary; `hf_config`
-  records the share of its words found in the vectors file.
+  records the share of its words found in the vectors file. With `init_from` set the model
+  starts from a saved one instead (`start_from`).
   """
+  if m.get("init_from"):
+    return start_from(cls, m)
   vocabulary = words.build_vocabulary(train_texts(), min_count=m.min_count, max_size=m.max_vocab,
                                       oov_buckets=m.oov_buckets)
   table, found = words.embedding_matrix(vocabulary, dim=m.embed_dim, vectors=m.vectors or None,
@@ -172,18 +175,36 @@ def save(built: Built, model: nnx.Module, folder: str | os.PathLike) -> None:
   save_weights(model, folder)
 
 
-def load(cls, folder: str | os.PathLike, dtype: str | None = None) -> Built:
-  """The `cls` model and vocabulary `save` wrote; `dtype` replaces the saved compute dtype."""
+def load(cls, folder: str | os.PathLike, **replace) -> Built:
+  """The `cls` model and vocabulary `save` wrote; `replace` (e.g. dtype="bfloat16") sets
+  config fields that change how it runs, not its arrays (a None value keeps the saved one)."""
   folder = Path(folder)
   fields = json.loads((folder / CONFIG_FILE).read_text())
   saved = fields.pop("model", cls.__name__)
   if saved != cls.__name__:
     raise ValueError(f"{folder / CONFIG_FILE}: a saved {saved}, not a {cls.__name__}")
-  config = cls.Config(**fields)
-  if dtype:
-    config = dataclasses.replace(config, dtype=dtype)
+  config = dataclasses.replace(cls.Config(**fields),
+                               **{k: v for k, v in replace.items() if v is not None})
   model = load_weights(lambda: cls(config, rngs=nnx.Rngs(0)), folder)
   return Built(model, tokenizer=words.Vocabulary.load(folder / "vocab.txt"))
+
+
+def start_from(cls, m: ml_collections.ConfigDict) -> Built:
+  """The `cls` model and vocabulary saved in `m.init_from` (a finished run's workdir or its
+  `model/` folder), to train further, e.g. on harder negatives after random ones. Its sizes
+  and vocabulary must be the block's (a ValueError names the first that is not); the block's
+  dropout and dtype apply."""
+  folder = saved_folder(m.init_from)
+  if folder is None:
+    raise FileNotFoundError(f"model.init_from: {Path(m.init_from).absolute()} holds no saved "
+                            f"model ({CONFIG_FILE}, in it or in its model/ folder)")
+  built = load(cls, folder, dtype=m.dtype, dropout=m.dropout)
+  saved = dict(dataclasses.asdict(built.model.config), oov_buckets=built.tokenizer.oov_buckets)
+  for field, value in saved.items():
+    if field not in ("vocab_size", "dropout", "dtype") and m[field] != value:
+      raise ValueError(f"model.{field}={m[field]!r}, but model.init_from {folder} was saved "
+                       f"with {value!r}")
+  return dataclasses.replace(built, hf_config={"init_from": str(folder)})
 
 
 def reranker_functions(cls):

@@ -156,7 +156,7 @@ class Rerank:
     self.examples_per_step, self.examples_name = t.batch_size, "pairs"
     self.counts = {"num_pairs": len(self.pairs), "positive_share": float(self.pairs.labels.mean()),
                    "steps_per_epoch": self.per_epoch, "total_steps": self.total_steps,
-                   **{k: v for k, v in self.built.hf_config.items() if k == "words_in_vectors"}}
+                   **{k: v for k, v in self.built.hf_config.items() if k in ("words_in_vectors", "init_from")}}
 
   def step_rows(self, step: int) -> np.ndarray:
     """The global batch of `step`: [batch_size] row indices."""
