@@ -155,6 +155,7 @@ def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
   from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_esim.get_config()
+  score_batch = config.evals.test_rs10.batch_size  # pairs per call, as the configs score
   config.model.vectors = ""  # speed does not depend on the initial vectors
   config.model.dtype = dtype
   histories, responses, labels = _pairs(16 * steps + score)
@@ -178,15 +179,15 @@ def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
 
   def torch_score():
     model.eval()
-    order = np.lexsort(([len(r) for r in sr], [len(h) for h in sh]))  # as PairScorer
+    order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
     with torch.no_grad():
-      for start in range(0, score, 64):
-        idx = order[start:start + 64]
+      for start in range(0, score, score_batch):
+        idx = order[start:start + score_batch]
         model(**tensors(inputs([sh[i] for i in idx], [sr[i] for i in idx])))
     model.train()
 
   _compare(f"ESIM (ours in {dtype})", ours_step, torch_step, batches, steps,
-           lambda: scorer.margins(sh, sr, batch_size=64), [("PyTorch ESIM", torch_score)], score)
+           lambda: scorer.margins(sh, sr, batch_size=score_batch), [("PyTorch ESIM", torch_score)], score)
 
 
 def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
@@ -197,6 +198,7 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
   from convfit_jax.models import cross_encoder  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_cross.get_config()
+  score_batch = config.evals.test_rs10.batch_size  # pairs per call, as the configs score
   config.model.dtype = dtype
   histories, responses, labels = _pairs(32 * steps + score)
   built = cross_encoder.build(config.model, seed=0, train_texts=lambda: ())
@@ -221,19 +223,20 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
 
   def torch_score():
     model.eval()
-    order = np.lexsort(([len(r) for r in sr], [len(h) for h in sh]))  # as PairScorer
+    order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
     with torch.no_grad():
-      for start in range(0, score, 64):
-        b = inputs([sh[i] for i in order[start:start + 64]], [sr[i] for i in order[start:start + 64]])
+      for start in range(0, score, score_batch):
+        idx = order[start:start + score_batch]
+        b = inputs([sh[i] for i in idx], [sr[i] for i in idx])
         model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
               token_type_ids=torch.tensor(b["type_ids"]).long())
     model.train()
 
   _compare(f"cross-encoder (MiniLM, ours in {dtype})", ours_step, torch_step, batches, steps,
-           lambda: scorer.margins(sh, sr, batch_size=64),
+           lambda: scorer.margins(sh, sr, batch_size=score_batch),
            [("BertForSequenceClassification, same inputs", torch_score),
             ("sentence-transformers CrossEncoder.predict",
-             lambda: st.predict(list(zip(sh, sr)), batch_size=64))], score)
+             lambda: st.predict(list(zip(sh, sr)), batch_size=score_batch))], score)
 
 
 def main():

@@ -46,9 +46,12 @@ class PairInputs:
     encode: (n histories, n responses) -> {input name: [n, width] or [n] array}, the
       keyword arguments of the model's call.
     pad_values: the value that pads each [n, width] input wider (0 where not named).
+    lengths: (n histories, n responses) -> ([n] history, [n] response) int lengths as
+      `encode` cuts them, for models that pad the two apart (None: one sequence a pair).
   """
   encode: Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]]
   pad_values: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  lengths: Callable[[Sequence[str], Sequence[str]], tuple[np.ndarray, np.ndarray]] | None = None
 
   def __call__(self, histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
     return self.encode(histories, responses)

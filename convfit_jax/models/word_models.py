@@ -77,7 +77,11 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
     r, rl = words.encode(responses, vocabulary, max_length=m.max_response, keep="start")
     return {"context_ids": c, "context_lengths": cl, "response_ids": r, "response_lengths": rl}
 
-  return PairInputs(inputs)
+  def lengths(histories: Sequence[str], responses: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    count = lambda texts, cut: np.array([max(min(len(words.tokenize(t)), cut), 1) for t in texts])
+    return count(histories, m.max_context), count(responses, m.max_response)
+
+  return PairInputs(inputs, lengths=lengths)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

@@ -33,7 +33,7 @@ import numpy as np
 from flax import nnx
 
 from convfit_jax import models, sharding
-from convfit_jax.data import batching
+from convfit_jax.data import batching, words
 from convfit_jax.data.conversations import EOU, ResponseSelectionSet, read_labelled_pairs
 from convfit_jax.data.sampling import subsample_indices
 from convfit_jax.evaluators import response_selection
@@ -61,6 +61,23 @@ def pad_rows(arrays: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarra
   return {k: np.concatenate([v, np.repeat(v[:1], rows - len(v), axis=0)]) for k, v in arrays.items()}
 
 
+def scoring_order(inputs: PairInputs, histories: Sequence[str], responses: Sequence[str]
+                  ) -> np.ndarray:
+  """[n] pair indices in the order to score them, so that consecutive pairs pad to little.
+
+  Where the model pads history and response apart (`inputs.lengths`), pairs whose
+  histories pad to the same width (`words.padded_length`) go together, in order of
+  response length within; otherwise in order of history, then response, characters.
+  Sorting by history length alone left each chunk's responses padded to its longest of
+  64 random ones (96 words where the mean was 13).
+  """
+  if inputs.lengths is None:
+    return np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
+  history, response = inputs.lengths(histories, responses)
+  width = [words.padded_length(int(n), 1 << 30) for n in history]
+  return np.lexsort((history, response, width))
+
+
 class PairScorer:
   """Scores each (history, candidate) pair of response-selection cases with a reranker.
 
@@ -75,13 +92,9 @@ class PairScorer:
 
   def margins(self, histories: Sequence[str], responses: Sequence[str], *, batch_size: int = 64
               ) -> np.ndarray:
-    """[n] float32 match margins, log p(match) - log p(no match), of aligned pairs.
-
-    Pairs go through in order of history length, then response length, so a chunk pads
-    to its own longest; every chunk has `batch_size` rows, so a run compiles one shape per
-    padded width.
-    """
-    order = np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
+    """[n] float32 match margins, log p(match) - log p(no match), of aligned pairs, scored
+    in `scoring_order` in chunks of `batch_size` rows (one compile per padded shape)."""
+    order = scoring_order(self.inputs, histories, responses)
     out = np.empty(len(order), np.float32)
     for start in range(0, len(order), batch_size):
       idx = order[start:start + batch_size]
