@@ -15,19 +15,8 @@ headers are the metric names less the `--strip` prefix.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 
-
-def read_metrics(spec: str) -> dict[str, float]:
-  """The merged metrics.json of `spec`'s `+`-joined workdirs."""
-  out = {}
-  for workdir in spec.split("+"):
-    path = pathlib.Path(workdir) / "metrics.json"
-    if not path.is_file():
-      raise SystemExit(f"{path}: no metrics.json (the run has not finished)")
-    out.update(json.loads(path.read_text(encoding="utf-8")))
-  return out
+from convfit_jax.train.workdir import finished_metrics
 
 
 def cell(metric: str, value: float | None) -> str:
@@ -47,7 +36,7 @@ def table(rows: list[str], metrics: list[str], strip: str = "") -> str:
     label, sep, spec = row.partition("=")
     if not sep:
       raise SystemExit(f"{row!r}: expected label=workdir")
-    values = read_metrics(spec)
+    values = finished_metrics(spec)
     lines.append("| " + " | ".join([label] + [cell(m, values.get(m)) for m in metrics]) + " |")
   return "\n".join(lines) + "\n"
 

@@ -18,13 +18,12 @@ Figures are percentages of the metrics' fractions.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from convfit_jax.evaluators.byte_error import BUCKETS
-from convfit_jax.train.workdir import read_scalars
+from convfit_jax.train.workdir import finished_metrics, read_scalars
 
 
 def _pairs(items: list[str]) -> list[tuple[str, str]]:
@@ -37,28 +36,21 @@ def _pairs(items: list[str]) -> list[tuple[str, str]]:
   return out
 
 
-def _metrics(workdir: Path) -> dict:
-  path = workdir / "metrics.json"
-  if not path.is_file():
-    raise SystemExit(f"{path}: missing (is the run finished?)")
-  return json.loads(path.read_text())
-
-
 def autoencoder_table(rows: list[tuple[str, Path]]) -> str:
   present = [(lo, hi) for lo, hi in BUCKETS
-             if any(f"byte_error_{lo}_{hi}" in _metrics(p) for _, p in rows)]
+             if any(f"byte_error_{lo}_{hi}" in finished_metrics(p) for _, p in rows)]
   head = (["run", "parameters", "steps", "test byte error"] + [f"{lo}-{hi} B" for lo, hi in present]
           + ["sentences exact", "train byte error (last window)"])
   lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
   for name, path in rows:
-    m = _metrics(path)
+    m = finished_metrics(path)
     cells = [name, f"{m['num_params']:,}", str(m["steps"]), f"{100 * m['byte_error']:.2f}"]
     cells += [f"{100 * m[f'byte_error_{lo}_{hi}']:.2f}" if f"byte_error_{lo}_{hi}" in m else "-"
               for lo, hi in present]
     cells.append(f"{100 * (1 - m['sentence_error']):.1f}")
     cells.append(f"{100 * read_scalars(path)['train/byte_error'][-1][1]:.2f}")
     lines.append("| " + " | ".join(cells) + " |")
-  m = _metrics(rows[0][1])
+  m = finished_metrics(rows[0][1])
   shares = ", ".join(f"{lo}-{hi} B {100 * m[f'fraction_{lo}_{hi}']:.1f}%" for lo, hi in present
                      if f"fraction_{lo}_{hi}" in m)
   lines.append(f"\n{m['num_test']} test sentences ({m['num_test_too_long']} longer ones left out): {shares}.")
@@ -70,10 +62,10 @@ def plot(rows: list[tuple[str, Path]], path: Path) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, (bars, curves) = plt.subplots(1, 2, figsize=(10, 3.6))
-  present = [(lo, hi) for lo, hi in BUCKETS if f"byte_error_{lo}_{hi}" in _metrics(rows[0][1])]
+  present = [(lo, hi) for lo, hi in BUCKETS if f"byte_error_{lo}_{hi}" in finished_metrics(rows[0][1])]
   width = 0.8 / len(rows)
   for i, (name, workdir) in enumerate(rows):
-    m = _metrics(workdir)
+    m = finished_metrics(workdir)
     bars.bar(np.arange(len(present)) + i * width,
              [100 * m[f"byte_error_{lo}_{hi}"] for lo, hi in present], width, label=name)
     steps, values = zip(*read_scalars(workdir)["train/byte_error"])
@@ -98,7 +90,7 @@ def stage1_table(rows: list[tuple[str, str]]) -> str:
           + ["MRR before -> after"])
   lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
   for name, path in rows:
-    m = _metrics(Path(path))
+    m = finished_metrics(Path(path))
     cells = [name, str(m["steps"]), f"{m['train_seconds'] / 60:.1f}"]
     cells += [f"{100 * m[f'{k}_before']:.2f} -> **{100 * m[k]:.2f}**" for k in keys]
     cells.append(f"{m['mrr_before']:.4f} -> **{m['mrr']:.4f}**")
@@ -110,7 +102,7 @@ def stage2_table(rows: list[tuple[str, str]]) -> str:
   lines = ["| encoder | seeds | k-NN before | k-NN after (mean +- sd) | per seed |",
            "|---|---|---|---|---|"]
   for name, joined in rows:
-    ms = [_metrics(Path(p)) for p in joined.split("+")]
+    ms = [finished_metrics(Path(p)) for p in joined.split("+")]
     before = np.array([m["knn_accuracy_before"] for m in ms]) * 100
     after = np.array([m["knn_accuracy"] for m in ms]) * 100
     sd = lambda x: x.std(ddof=1) if len(x) > 1 else 0.0

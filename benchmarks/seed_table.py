@@ -14,19 +14,16 @@ naming the file.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import sys
 
+from convfit_jax.train.workdir import finished_metrics
+
 
 def read_metric(workdir: str, metric: str) -> float:
-  path = pathlib.Path(workdir) / "metrics.json"
-  if not path.is_file():
-    raise SystemExit(f"{path}: no metrics.json (the run has not finished)")
-  metrics = json.loads(path.read_text(encoding="utf-8"))
+  metrics = finished_metrics(workdir)
   if metric not in metrics:
-    raise SystemExit(f"{path}: no {metric!r} (has {sorted(metrics)})")
+    raise SystemExit(f"{workdir}/metrics.json: no {metric!r} (has {sorted(metrics)})")
   return float(metrics[metric])
 
 

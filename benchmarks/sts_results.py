@@ -14,8 +14,9 @@ Figures are percentages of the metrics' fractions.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from convfit_jax.train.workdir import finished_metrics
 
 COLUMNS = [("STS-B dev r", "stsb_dev_pearson"), ("STS-B test r", "stsb_test_pearson"),
            ("STS-B test rho", "stsb_test_spearman"), ("SICK-R test r", "sickr_test_pearson"),
@@ -37,13 +38,6 @@ def _pairs(items: list[str]) -> list[tuple[str, Path]]:
       raise SystemExit(f"{item!r}: expected NAME=WORKDIR")
     out.append((name, Path(path)))
   return out
-
-
-def _metrics(path: Path) -> dict:
-  f = path / "metrics.json"
-  if not f.is_file():
-    raise SystemExit(f"{f}: no metrics.json (is the run finished?)")
-  return json.loads(f.read_text())
 
 
 def _cell(m: dict, key: str) -> str:
@@ -70,8 +64,7 @@ def main():
   parser.add_argument("--fractions", nargs="*", default=[])
   parser.add_argument("--plot", default="")
   args = parser.parse_args()
-  rows = [(name, {k: v for part in str(path).split("+") for k, v in _metrics(Path(part)).items()})
-          for name, path in _pairs(args.rows)]
+  rows = [(name, finished_metrics(path)) for name, path in _pairs(args.rows)]
   if rows:
     print(table(rows))
     trained = [(name, m) for name, m in rows if "stsb_test_pearson_before" in m]
@@ -79,7 +72,7 @@ def main():
       print("\nBefore training (the same runs' `_before` figures):\n")
       print(table(trained, "_before"))
   if args.fractions:
-    runs = sorted((float(f), _metrics(p)) for f, p in _pairs(args.fractions))
+    runs = sorted((float(f), finished_metrics(p)) for f, p in _pairs(args.fractions))
     print("\n| NLI pairs kept | STS-B dev r | STS-B test r | adapted STS-B test r | SICK-E test acc | SNLI test acc |")
     print("|---|---|---|---|---|---|")
     for f, m in runs:

@@ -31,7 +31,7 @@ def test_rows_merge_workdirs_format_by_kind_and_leave_missing_metrics_blank(tmp_
 
 
 def test_a_missing_run_names_the_file(tmp_path):
-  with pytest.raises(SystemExit, match=r"nope/metrics.json: no metrics.json"):
+  with pytest.raises(FileNotFoundError, match=r"nope/metrics.json: no metrics.json"):
     metrics_table.table([f"x={tmp_path}/nope"], ["mrr"])
   with pytest.raises(SystemExit, match="expected label=workdir"):
     metrics_table.table(["just-a-path"], ["mrr"])

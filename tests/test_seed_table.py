@@ -31,7 +31,7 @@ def test_rows_means_spreads_and_baselines(tmp_path):
 
 def test_a_missing_run_or_metric_names_the_file(tmp_path):
   _run(tmp_path, "a", 0, knn_accuracy=0.5)
-  with pytest.raises(SystemExit, match=r"a_seed1/metrics.json: no metrics.json"):
+  with pytest.raises(FileNotFoundError, match=r"a_seed1/metrics.json: no metrics.json"):
     seed_table.table([f"x={tmp_path}/a_seed{{seed}}"], [0, 1], "knn_accuracy", [])
   with pytest.raises(SystemExit, match=r"a_seed0/metrics.json: no 'silhouette'"):
     seed_table.table([f"x={tmp_path}/a_seed{{seed}}"], [0], "knn_accuracy", ["silhouette"])

@@ -30,6 +30,18 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
+
+def finished_metrics(spec: str | os.PathLike) -> dict[str, Any]:
+  """The metrics.json of a finished run's workdir, or of several joined by `+` merged (a
+  later run's value wins): what the results scripts in benchmarks/ tabulate."""
+  merged = {}
+  for workdir in str(spec).split("+"):
+    path = Path(workdir) / "metrics.json"
+    if not path.is_file():
+      raise FileNotFoundError(f"{path}: no metrics.json (the run has not finished)")
+    merged.update(json.loads(path.read_text(encoding="utf-8")))
+  return merged
+
 class Workdir:
   """A run's folder: config.json, metrics.json, tensorboard/, checkpoints/, log.txt.
 
