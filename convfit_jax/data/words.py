@@ -34,7 +34,7 @@ PAD, UNK = "<pad>", "<unk>"
 TURN_MARKS = ("__eou__", "__eot__")
 RESERVED = (PAD, UNK, *TURN_MARKS)  # the first ids of every vocabulary
 # Names of the hashed unknown-word ids; `tokenize` splits "<" and ">" off, so no text has them.
-_BUCKET = re.compile(r"<oov:(\d+)>")
+_BUCKET = re.compile(r"<oov:\d+>")
 _TOKEN = re.compile(r"__eou__|__eot__|\w+|[^\w\s]")
 # Padded lengths start here (`padded_length`): a run compiles a few shapes.
 MIN_PADDED_LENGTH = 16
