@@ -185,12 +185,28 @@ def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
   rr = retrieve_config.get_config(f"retriever={tiny_bert_dir},reranker={tmp_path / 'run'},k=5,"
                                   f"workdir={tmp_path / 'rr'}")
   rr.data.file = str(tmp_path / "rs10.jsonl")
+  (tmp_path / "dev").mkdir()
+  _write_data(tmp_path / "dev", rows=2, cases=8, seed=1)
+  rr.data.dev_file = str(tmp_path / "dev" / "rs10.jsonl")
   m = retrieve_rerank.run(rr)
   assert m["pool_size"] == len({t for cands in cases.candidates for t in cands}) == 12
   assert m["num_queries"] == 6 and m["retrieval_r_at_1"] <= m["retrieval_r_at_5"]
   # The reranker reorders the top 5 only: it finds no answer the retriever left out.
   assert m["rerank_r_at_10"] == m["retrieval_r_at_5"] and m["rerank_r_at_1"] <= m["retrieval_r_at_5"]
   assert m["fused_r_at_10"] == m["retrieval_r_at_5"] and 0 < m["fused_mrr"] <= 1
+  # The interpolation weight is the dev file's best; weight 0 (retrieval's order) is a candidate.
+  assert m["interpolation_weight"] in retrieve_rerank.WEIGHTS
+  assert m["dev_interpolated_mrr"] >= m["dev_retrieval_mrr"]
+  assert m["interpolated_r_at_10"] == m["retrieval_r_at_5"] and 0 < m["interpolated_mrr"] <= 1
+
+
+def test_the_interpolation_weight_is_the_smallest_with_the_best_mrr():
+  cosines = np.array([[0.9, 0.8], [0.9, 0.1]])
+  margins = np.array([[0.0, 1.0], [0.0, 2.0]])
+  inside = np.array([[False, True], [True, False]])
+  # Query 0 needs w > 0.1 (at 0.1 a tie ranks its answer last), query 1 w < 0.4.
+  assert retrieve_rerank.choose_weight(cosines, margins, inside) == pytest.approx(10 ** -0.75)
+  assert retrieve_rerank.choose_weight(cosines[1:], margins[1:], inside[1:]) == 0.0
 
 
 def test_reciprocal_rank_fusion_and_the_answers_rank_in_the_cut():

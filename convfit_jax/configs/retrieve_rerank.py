@@ -6,7 +6,9 @@
 
 The retriever is any sentence encoder (off-the-shelf all-MiniLM-L6-v2 by default, or a
 Stage 1 workdir); the reranker a finished `configs/rerank_*.py` run. The pool is every
-distinct candidate of ubuntu_irc's test 1-of-10 cases (its test responses).
+distinct candidate of ubuntu_irc's test 1-of-10 cases (its test responses). Besides the
+reranker's own order, the task reports the cut ordered by cosine + w * margin, w chosen on
+500 of the dev cases against the dev responses.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.file = f"{UBUNTU}/test_rs10.jsonl"  # cases: the pool is all their candidates
   c.data.num_queries = 0  # > 0: a seeded sample of the cases as queries (the pool stays whole)
+  # Where the reranker's weight against the retriever's cosine is chosen (its own pool and
+  # a seeded sample of its queries); "" = no interpolated order.
+  c.data.dev_file = f"{UBUNTU}/dev_rs10.jsonl"
+  c.data.dev_queries = 500
 
   c.retrieve = ml_collections.ConfigDict()
   c.retrieve.k = a.k  # the reranker reorders this many

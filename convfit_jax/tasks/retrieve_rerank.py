@@ -19,7 +19,11 @@ retrieval_mrr, retrieval_r_at_k (the share of answers inside the cut: the rerank
 ceiling) and rerank_r_at_1/10, rerank_mrr (an answer outside the cut counts as missed);
 fused_r_at_1/10, fused_mrr: the cut ordered by reciprocal rank fusion of the two orders
 (Cormack et al. 2009, sum of 1 / (60 + rank)), which keeps what the retriever knows where
-a reranker trained on other negatives misorders the cut, with nothing tuned.
+a reranker trained on other negatives misorders the cut, with nothing tuned;
+interpolated_r_at_1/10, interpolated_mrr: the cut ordered by cosine + w * margin, the
+weight w (`interpolation_weight`) the one of `WEIGHTS` with the best MRR on a sample of
+another file's queries (`data.dev_file`, its own pool; `dev_retrieval_mrr` and
+`dev_interpolated_mrr` are its figures), so nothing is tuned on the reported queries.
 """
 
 from __future__ import annotations
@@ -94,51 +98,86 @@ def exclude_own_turns(scores: np.ndarray, pool: list[str], histories, answer: np
   return excluded / max(len(histories), 1)
 
 
+# Reranker weights tried against the retriever's cosine (margins are logit differences,
+# cosines at most 1): 0 (retrieval's order) and 10^-3 ... 10^1 in quarter decades.
+WEIGHTS = (0.0, *np.logspace(-3, 1, 17))
+
+
+def choose_weight(cosines: np.ndarray, margins: np.ndarray, inside: np.ndarray) -> float:
+  """The weight of `WEIGHTS` whose cosine + weight * margin order gives the cut's answers
+  the best MRR (the smallest on a tie); all [queries, k], `inside` bool."""
+  mrr = [rank_metrics(rank_in_cut(cosines + w * margins, inside), (1,))["mrr"] for w in WEIGHTS]
+  return float(WEIGHTS[int(np.argmax(mrr))])
+
+
+def retrieve_and_score(config: ml_collections.ConfigDict, file: str, num_queries: int,
+                       encode: Callable[[Sequence[str]], np.ndarray], scorer: PairScorer | None
+                       ) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None, np.ndarray]:
+  """A sample of `file`'s queries against its whole pool (the module docstring).
+
+  Returns:
+    (retrieval metrics with the counts, [queries, k] cosines of the cut, its [queries, k]
+    reranker margins (None without `scorer`), [queries, k] bool: where the answer is).
+  """
+  r = config.retrieve
+  path = Path(file).expanduser()
+  if not path.is_file():
+    raise FileNotFoundError(f"{path.absolute()} does not exist (data.file or data.dev_file)")
+  all_cases = read_response_selection(path)
+  pool, rows = distinct_candidates(all_cases)
+  chosen = subsample_indices(len(all_cases), num_queries, config.seed)
+  cases = all_cases.subset(chosen)
+  answer = rows[chosen, cases.labels]
+  histories = [EOU.join(h) for h in cases.histories]
+  queries = list(cases.contexts) if r.query == "context" else histories
+  if not 1 <= r.k <= len(pool):
+    raise ValueError(f"retrieve.k={r.k}: between 1 and {path}'s pool size {len(pool)}")
+  scores = encode(queries) @ encode(pool).T  # [queries, pool]; unit rows: cosines
+  metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k,
+             "own_turns_excluded": exclude_own_turns(scores, pool, cases.histories, answer)}
+  metrics.update(_prefixed("retrieval_", rank_metrics(ranks(scores, answer), (1, 10, r.k))))
+  top = np.argsort(-scores, axis=1, kind="stable")[:, :r.k]  # best first, ties by lower index
+  logging.info("retrieval over %d responses of %s: %s", len(pool), path, metrics)
+  margins = None
+  if scorer is not None:
+    margins = scorer.margins([h for h in histories for _ in range(r.k)],
+                             [pool[j] for row in top for j in row],
+                             batch_size=r.rerank_batch_size).reshape(len(cases), r.k)
+  return metrics, np.take_along_axis(scores, top, axis=1), margins, top == answer[:, None]
+
+
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Retrieves, reranks and writes workdir/metrics.json as the module docstring says."""
   workdir = Workdir(config.workdir)
   try:
     workdir.write_config(config)
-    r = config.retrieve
-    path = Path(config.data.file).expanduser()
-    if not path.is_file():
-      raise FileNotFoundError(f"data.file: {path.absolute()} does not exist")
-    all_cases = read_response_selection(path)
-    pool, rows = distinct_candidates(all_cases)
-    chosen = subsample_indices(len(all_cases), config.data.num_queries, config.seed)
-    cases = all_cases.subset(chosen)
-    answer = rows[chosen, cases.labels]
-    histories = [EOU.join(h) for h in cases.histories]
+    r, d = config.retrieve, config.data
     if r.query not in ("context", "history"):
       raise ValueError(f"retrieve.query={r.query!r}: context or history")
-    queries = list(cases.contexts) if r.query == "context" else histories
-    if not 1 <= r.k <= len(pool):
-      raise ValueError(f"retrieve.k={r.k}: between 1 and the pool size {len(pool)}")
-
-    enc = retriever_embeddings(config.retriever, seed=config.seed, batch_size=r.batch_size)
-    scores = enc(queries) @ enc(pool).T  # [queries, pool]; unit rows: cosines
-    metrics = {"num_queries": len(cases), "pool_size": len(pool), "k": r.k,
-               "own_turns_excluded": exclude_own_turns(scores, pool, cases.histories, answer)}
-    metrics.update(_prefixed("retrieval_", rank_metrics(ranks(scores, answer), (1, 10, r.k))))
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :r.k]  # best first, ties by lower index
-    logging.info("retrieval over %d responses: %s", len(pool), metrics)
-
-    if config.reranker:
-      model, inputs = load_reranker(config.reranker)
-      scorer = PairScorer(model, inputs)
-      margins = scorer.margins([h for h in histories for _ in range(r.k)],
-                               [pool[j] for row in top for j in row],
-                               batch_size=r.rerank_batch_size).reshape(len(cases), r.k)
-      inside = top == answer[:, None]
+    encode = retriever_embeddings(config.retriever, seed=config.seed, batch_size=r.batch_size)
+    scorer = PairScorer(*load_reranker(config.reranker)) if config.reranker else None
+    metrics, cosines, margins, inside = retrieve_and_score(config, d.file, d.num_queries, encode,
+                                                           scorer)
+    if scorer is not None:
       metrics.update(_prefixed("rerank_", rank_metrics(rank_in_cut(margins, inside), (1, 10))))
-      fused = reciprocal_rank_fusion(np.take_along_axis(scores, top, axis=1), margins)
+      fused = reciprocal_rank_fusion(cosines, margins)
       metrics.update(_prefixed("fused_", rank_metrics(rank_in_cut(fused, inside), (1, 10))))
+      if d.dev_file:
+        _, dev_cosines, dev_margins, dev_inside = retrieve_and_score(
+            config, d.dev_file, d.dev_queries, encode, scorer)
+        w = choose_weight(dev_cosines, dev_margins, dev_inside)
+        dev_mrr = lambda s: rank_metrics(rank_in_cut(s, dev_inside), (1,))["mrr"]
+        metrics.update({"interpolation_weight": w, "dev_retrieval_mrr": dev_mrr(dev_cosines),
+                        "dev_interpolated_mrr": dev_mrr(dev_cosines + w * dev_margins)})
+        metrics.update(_prefixed("interpolated_", rank_metrics(
+            rank_in_cut(cosines + w * margins, inside), (1, 10))))
     metrics = workdir.update_metrics(metrics)
-    line = (f"retrieval over {len(pool)} responses: R@1 {metrics['retrieval_r_at_1']:.4f}, "
+    line = (f"retrieval over {metrics['pool_size']} responses: R@1 {metrics['retrieval_r_at_1']:.4f}, "
             f"R@{r.k} {metrics[f'retrieval_r_at_{r.k}']:.4f}")
-    if "rerank_r_at_1" in metrics:
-      line += (f"; reranked: R@1 {metrics['rerank_r_at_1']:.4f}, MRR {metrics['rerank_mrr']:.4f}"
-               f"; fused: R@1 {metrics['fused_r_at_1']:.4f}, MRR {metrics['fused_mrr']:.4f}")
+    for name in ("rerank", "fused", "interpolated"):
+      if f"{name}_r_at_1" in metrics:
+        line += (f"; {name}: R@1 {metrics[f'{name}_r_at_1']:.4f}, "
+                 f"MRR {metrics[f'{name}_mrr']:.4f}")
     summary(line)
     return metrics
   finally:
