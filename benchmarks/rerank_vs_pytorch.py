@@ -3,7 +3,7 @@ reranking candidates/s, as a ratio.
 
 Run by hand from the repository root (idle machine; nothing else running):
 
-  python benchmarks/rerank_vs_pytorch.py [--models esim+cross] [--steps 10] [--score 512]
+  python benchmarks/rerank_vs_pytorch.py [--models esim+cross+bilstm] [--steps 10] [--score 512]
       [--dtype float32|bfloat16]   (our compute dtype; PyTorch's is float32)
 
 Inputs are ubuntu_irc training pairs (../shared/data; random word pairs where it is absent),
@@ -17,6 +17,7 @@ tokenised once by our pipeline; both frameworks get the same arrays.
   BertForSequenceClassification with the same weights (AdamW); reranking also against
   sentence-transformers' `CrossEncoder.predict` end to end (its own tokenisation, same
   pairs, same batch).
+- BiLSTM: ESIM's recurrence alone, a full batch with no padding, against torch.nn.LSTM.
 After a warm-up pass over every batch (our compiles, one per padded shape), training
 steps alternate between the frameworks, so background load falls on both alike;
 reranking scores `--score` pairs per framework, after a warm-up pass of its own.
@@ -239,9 +240,39 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
              lambda: st.predict(list(zip(sh, sr)), batch_size=score_batch))], score)
 
 
+def bench_bilstm(torch, steps: int, score: int, dtype: str = "float32"):
+  """ESIM's recurrence alone: one BiLSTM forward over a full [64, 192, 300] batch (no
+  padding for either side to skip), ours (`models.lstm`) against `torch.nn.LSTM`."""
+  del score  # the batch is fixed
+  import jax  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models.lstm import BiLSTM  # pylint: disable=import-outside-toplevel
+  batch, time_steps, width = 64, 192, 300
+  graphdef, state = nnx.split(BiLSTM(width, width, rngs=nnx.Rngs(0), dtype=dtype))
+  forward = jax.jit(lambda st, x, n: nnx.merge(graphdef, st)(x, n))
+  x = np.random.default_rng(0).standard_normal((batch, time_steps, width)).astype(np.float32)
+  lengths = np.full(batch, time_steps, np.int32)
+  theirs = torch.nn.LSTM(width, width, batch_first=True, bidirectional=True)
+  x_torch = torch.tensor(x)
+  ours_run = lambda: jax.block_until_ready(forward(state, x, lengths))
+
+  def torch_run():
+    with torch.no_grad():
+      theirs(x_torch)
+
+  ours_run(), torch_run()  # compile, warm the allocator
+  t_ours, t_torch = [], []
+  for _ in range(steps):  # alternating, as the training steps above
+    t_ours.append(_timed(ours_run))
+    t_torch.append(_timed(torch_run))
+  ours, torch_rate = 1 / np.median(t_ours), 1 / np.median(t_torch)
+  print(f"| BiLSTM alone (ours in {dtype}), [{batch}, {time_steps}, {width}] forward passes/s "
+        f"(median) vs torch.nn.LSTM | {ours:.2f} | {torch_rate:.2f} | {ours / torch_rate:.2f} |")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--models", default="esim+cross")
+  parser.add_argument("--models", default="esim+cross+bilstm")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--score", type=int, default=512)
   parser.add_argument("--dtype", default="float32",
@@ -254,7 +285,7 @@ def main():
   print("| measurement | convfit_jax | PyTorch | ratio |")
   print("|---|---|---|---|")
   for name in args.models.split("+"):
-    {"esim": bench_esim, "cross": bench_cross}[name](torch, args.steps, args.score, args.dtype)
+    {"esim": bench_esim, "cross": bench_cross, "bilstm": bench_bilstm}[name](torch, args.steps, args.score, args.dtype)
   print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
