@@ -8,9 +8,8 @@ more than the recurrence itself); its rows then meet their padding first, and a 
 on padding keeps the carry unchanged, so each row's backward state starts at its own
 last word, as PyTorch's packed sequences do. The input projection is part of each step's
 product, not one product over every step before the recurrence: that product's [time,
-batch, 4 hidden] output left the cache, and on this CPU XLA ran it at two thirds the speed
-of the step products (the BiLSTM took 1.35 times as long). Outputs at padded positions
-are zero.
+batch, 4 hidden] output left the cache, and the BiLSTM ran slower on CPU
+(docs/benchmarks.md). Outputs at padded positions are zero.
 
 In a bfloat16 compute dtype the products take bfloat16 inputs and accumulate in float32;
 gates, cell and hidden states stay float32 (on CPUs with AMX, ESIM then reranks faster

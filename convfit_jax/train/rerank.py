@@ -68,8 +68,8 @@ def scoring_order(inputs: PairInputs, histories: Sequence[str], responses: Seque
   Where the model pads history and response apart (`inputs.lengths`), pairs whose
   histories pad to the same width (`words.padded_length`) go together, in order of
   response length within; otherwise in order of history, then response, characters.
-  Sorting by history length alone left each chunk's responses padded to its longest of
-  64 random ones (96 words where the mean was 13).
+  Sorting by history length alone left each chunk's responses padded to the longest of
+  its random ones, mostly far above their mean.
   """
   if inputs.lengths is None:
     return np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
