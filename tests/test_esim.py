@@ -126,6 +126,10 @@ def test_words_truncation_and_turn_marks():
   ids, lengths = words.encode(["zzz", ""], vocab, max_length=40, keep="start")
   assert ids.shape == (2, 16) and list(lengths) == [1, 1] and ids[0, 0] == ids[1, 0] == 1
   assert vocab.words[:4] == (words.PAD, words.UNK, "__eou__", "__eot__")
+  texts = ["a b c d e f", "", "zzz, a", "a b c d e f"]
+  for cut in (3, 40):
+    np.testing.assert_array_equal(words.cut_lengths(texts, max_length=cut),
+                                  words.encode(texts, vocab, max_length=cut, keep="end")[1])
 
 
 def test_oov_buckets_give_an_unseen_word_one_id_of_its_own(tmp_path):

@@ -190,6 +190,13 @@ def padded_length(longest: int, max_length: int) -> int:
   return min(max(width, MIN_PADDED_LENGTH), max_length)
 
 
+def cut_lengths(texts: Sequence[str], *, max_length: int) -> np.ndarray:
+  """[n] int32: the lengths `encode` gives `texts`, without their ids. A text that repeats
+  (a history scored with each of its candidates) is tokenised once."""
+  length = {t: min(len(tokenize(t)), max_length) or 1 for t in set(texts)}
+  return np.asarray([length[t] for t in texts], np.int32)
+
+
 def encode(texts: Sequence[str], vocabulary: Vocabulary, *, max_length: int, keep: str
            ) -> tuple[np.ndarray, np.ndarray]:
   """Word ids of `texts`, cut to `max_length` keeping the "end" (contexts) or "start"

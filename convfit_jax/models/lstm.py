@@ -2,11 +2,11 @@
 
 Both directions run in one `jax.lax.scan` over time-major inputs, so each time step is
 one batched [2, batch, d_in + hidden] x [2, d_in + hidden, 4 hidden] product of the step's
-input and the last state. The backward direction
-reads the whole padded sequence reversed (a flip, not a per-row gather, which cost XLA
-more than the recurrence itself); its rows then meet their padding first, and a step
-on padding keeps the carry unchanged, so each row's backward state starts at its own
-last word, as PyTorch's packed sequences do. The input projection is part of each step's
+input and the last state. The backward direction reads the whole padded sequence
+reversed (a flip, not a per-row gather, which cost XLA more than the recurrence itself);
+its rows then meet their padding first, and a step on padding keeps the carry
+unchanged, so each row's backward state starts at its own last word, as PyTorch's packed
+sequences do. The input projection is part of each step's
 product, not one product over every step before the recurrence: that product's [time,
 batch, 4 hidden] output left the cache, and the BiLSTM ran slower on CPU
 (docs/benchmarks.md). Outputs at padded positions are zero.

@@ -78,8 +78,8 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
     return {"context_ids": c, "context_lengths": cl, "response_ids": r, "response_lengths": rl}
 
   def lengths(histories: Sequence[str], responses: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    count = lambda texts, cut: np.array([max(min(len(words.tokenize(t)), cut), 1) for t in texts])
-    return count(histories, m.max_context), count(responses, m.max_response)
+    return (words.cut_lengths(histories, max_length=m.max_context),
+            words.cut_lengths(responses, max_length=m.max_response))
 
   return PairInputs(inputs, lengths=lengths)
 
