@@ -3,15 +3,19 @@ reranking candidates/s, as a ratio.
 
 Run by hand from the repository root (idle machine; nothing else running):
 
-  python benchmarks/rerank_vs_pytorch.py [--models esim+cross+bilstm] [--steps 10] [--score 512]
+  python benchmarks/rerank_vs_pytorch.py [--models esim+cross+bilstm] [--steps 10] [--score 500]
       [--dtype float32|bfloat16]   (our compute dtype; PyTorch's is float32)
 
-Inputs are ubuntu_irc training pairs (../shared/data; random word pairs where it is absent),
-tokenised once by our pipeline; both frameworks get the same arrays.
+Training batches are ubuntu_irc training pairs, reranking scores the candidates of its 1-of-10
+test cases (each history with its 10 candidates; ../shared/data, random words where it is
+absent), tokenised once by our pipeline; both frameworks get the same arrays.
 - ESIM: ours (`models.esim`, the trainer's jitted step, `train.rerank.PairScorer`) against
   a PyTorch ESIM built here on `torch.nn.LSTM` with packed sequences, the same
   architecture and sizes (hidden 300, 50-d words, batch 16 as `configs/rerank_esim.py`),
-  Adam in both.
+  Adam in both. Reranking three ways: both frameworks with each pair carrying its own
+  context, both with each distinct context of a chunk encoded once
+  (`PairInputs.shared_contexts`, what `PairScorer` does), and ours that way against
+  PyTorch's pairs.
 - Cross-encoder: ours (`models.cross_encoder`, all-MiniLM-L6-v2, batch 32, pairs of at
   most 128 tokens as `configs/rerank_cross.py`) against transformers'
   BertForSequenceClassification with the same weights (AdamW); reranking also against
@@ -35,21 +39,38 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 
-UBUNTU = Path("../shared/data/conversations/ubuntu_irc/train.tsv")
+UBUNTU = Path("../shared/data/conversations/ubuntu_irc")
+
+
+def _random_text(rng: np.random.Generator, low: int, high: int) -> str:
+  return " ".join(f"w{i}" for i in rng.integers(0, 2000, int(rng.integers(low, high))))
 
 
 def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[str], np.ndarray]:
   """n (history, response, label) rows of ubuntu_irc train, or random words without it."""
   rng = np.random.default_rng(seed)
-  if UBUNTU.is_file():
+  if (UBUNTU / "train.tsv").is_file():
     from convfit_jax.data.conversations import read_labelled_pairs  # pylint: disable=import-outside-toplevel
-    p = read_labelled_pairs(UBUNTU)
+    p = read_labelled_pairs(UBUNTU / "train.tsv")
     idx = rng.choice(len(p), n, replace=False)
     return [p.histories[i] for i in idx], [p.responses[i] for i in idx], p.labels[idx]
-  words = [f"w{i}" for i in range(2000)]
-  text = lambda k: " ".join(rng.choice(words, k))
-  return ([text(int(rng.integers(20, 200))) for _ in range(n)],
-          [text(int(rng.integers(3, 30))) for _ in range(n)], rng.integers(0, 2, n).astype(np.int32))
+  return ([_random_text(rng, 20, 200) for _ in range(n)], [_random_text(rng, 3, 30) for _ in range(n)],
+          rng.integers(0, 2, n).astype(np.int32))
+
+
+def _case_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+  """The (history, candidate) pairs of the first n // 10 cases of ubuntu_irc test_rs10, or
+  of random 1-of-10 cases without it."""
+  from convfit_jax.data.conversations import EOU, read_response_selection  # pylint: disable=import-outside-toplevel
+  if (UBUNTU / "test_rs10.jsonl").is_file():
+    cases = read_response_selection(UBUNTU / "test_rs10.jsonl")
+    histories, candidates = cases.histories[:n // 10], cases.candidates[:n // 10]
+  else:
+    rng = np.random.default_rng(seed)
+    histories = [[_random_text(rng, 20, 200)] for _ in range(n // 10)]
+    candidates = [[_random_text(rng, 3, 30) for _ in range(10)] for _ in histories]
+  return ([EOU.join(h) for h, cands in zip(histories, candidates) for _ in cands],
+          [c for cands in candidates for c in cands])
 
 
 def _torch_esim(torch, config, embeddings):
@@ -75,10 +96,13 @@ def _torch_esim(torch, config, embeddings):
       self.encoder, self.composition = BiLSTM(config.embed_dim, h), BiLSTM(h, h)
       self.projection, self.hidden, self.out = nn.Linear(8 * h, h), nn.Linear(8 * h, h), nn.Linear(h, 2)
 
-    def forward(self, context_ids, context_lengths, response_ids, response_lengths):
+    def forward(self, context_ids, context_lengths, response_ids, response_lengths,
+                context_index=None):
+      a = self.encoder(self.embeddings(context_ids), context_lengths)
+      if context_index is not None:  # one row per distinct context, as `models.esim`
+        a, context_lengths = a[context_index], context_lengths[context_index]
       c_mask = torch.arange(context_ids.shape[1])[None] < context_lengths[:, None]
       r_mask = torch.arange(response_ids.shape[1])[None] < response_lengths[:, None]
-      a = self.encoder(self.embeddings(context_ids), context_lengths)
       b = self.encoder(self.embeddings(response_ids), response_lengths)
       e = a @ b.transpose(1, 2)
       a_t = torch.softmax(e.masked_fill(~r_mask[:, None, :], -1e9), dim=2) @ b
@@ -104,9 +128,10 @@ def _timed(fn) -> float:
   return time.perf_counter() - start
 
 
-def _compare(name: str, ours_step, torch_step, batches, steps: int, ours_score, torch_scores,
-             score_pairs):
-  """Alternating training steps, then reranking; prints one table row per measurement."""
+def _compare(name: str, ours_step, torch_step, batches, steps: int, scorings, score_pairs):
+  """Alternating training steps, then reranking (`scorings`: (label, ours, theirs) runs over
+  `score_pairs` pairs, each run once to warm up and compile); prints one table row per
+  measurement."""
   for b in batches:  # warm-up: every padded shape compiled (ours), allocator warm (torch)
     ours_step(b)
     torch_step(b)
@@ -118,12 +143,10 @@ def _compare(name: str, ours_step, torch_step, batches, steps: int, ours_score, 
   pairs = len(batches[0]["labels"])
   rows = [(f"{name}: training pairs/s (median step)", pairs / np.median(t_ours),
            pairs / np.median(t_torch))]
-  ours_score()  # warm-up: one compile per padded width
-  s_ours = _timed(ours_score)
-  for label, fn in torch_scores:
-    fn()
-    rows.append((f"{name}: reranking candidates/s vs {label}", score_pairs / s_ours,
-                 score_pairs / _timed(fn)))
+  for label, ours, theirs in scorings:
+    ours(), theirs()
+    rows.append((f"{name}: reranking candidates/s, {label}", score_pairs / _timed(ours),
+                 score_pairs / _timed(theirs)))
   for label, ours, theirs in rows:
     print(f"| {label} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
 
@@ -153,14 +176,15 @@ def _ours(config, module, built, histories, responses, labels, *, batch_size: in
 
 def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
   from convfit_jax.configs import rerank_esim  # pylint: disable=import-outside-toplevel
-  from convfit_jax.models import esim  # pylint: disable=import-outside-toplevel
+  from convfit_jax.models import PairInputs, esim  # pylint: disable=import-outside-toplevel
   from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
   config = rerank_esim.get_config()
   score_batch = config.evals.test_rs10.batch_size  # pairs per call, as the configs score
   config.model.vectors = ""  # speed does not depend on the initial vectors
   config.model.dtype = dtype
-  histories, responses, labels = _pairs(16 * steps + score)
-  built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses)
+  histories, responses, labels = _pairs(16 * steps)
+  sh, sr = _case_pairs(score)
+  built = esim.build(config.model, seed=0, train_texts=lambda: histories + responses + sh + sr)
   inputs, batches, ours_step, box = _ours(config, esim, built, histories, responses, labels,
                                           batch_size=16, steps=steps)
 
@@ -175,20 +199,27 @@ def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
     opt.step()
 
-  sh, sr = histories[-score:], responses[-score:]
-  scorer = rerank.PairScorer(box["state"].host_model(), inputs)
+  host_model = box["state"].host_model()
+  shared = rerank.PairScorer(host_model, inputs)
+  own = rerank.PairScorer(host_model, PairInputs(inputs.encode, lengths=inputs.lengths))
 
-  def torch_score():
+  def torch_score(encode):
     model.eval()
     order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
     with torch.no_grad():
-      for start in range(0, score, score_batch):
+      for start in range(0, len(sh), score_batch):
         idx = order[start:start + score_batch]
-        model(**tensors(inputs([sh[i] for i in idx], [sr[i] for i in idx])))
+        model(**tensors(encode([sh[i] for i in idx], [sr[i] for i in idx])))
     model.train()
 
-  _compare(f"ESIM (ours in {dtype})", ours_step, torch_step, batches, steps,
-           lambda: scorer.margins(sh, sr, batch_size=score_batch), [("PyTorch ESIM", torch_score)], score)
+  ours_own = lambda: own.margins(sh, sr, batch_size=score_batch)
+  ours_shared = lambda: shared.margins(sh, sr, batch_size=score_batch)
+  torch_own, torch_shared = lambda: torch_score(inputs.encode), lambda: torch_score(inputs.shared_contexts)
+  _compare(f"ESIM (ours in {dtype})", ours_step, torch_step, batches, steps, [
+      ("each pair with its own context, vs PyTorch ESIM the same", ours_own, torch_own),
+      ("each distinct context encoded once, vs PyTorch ESIM the same", ours_shared, torch_shared),
+      ("each distinct context encoded once, vs PyTorch ESIM each pair with its own", ours_shared,
+       torch_own)], len(sh))
 
 
 def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
@@ -201,7 +232,8 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
   config = rerank_cross.get_config()
   score_batch = config.evals.test_rs10.batch_size  # pairs per call, as the configs score
   config.model.dtype = dtype
-  histories, responses, labels = _pairs(32 * steps + score)
+  histories, responses, labels = _pairs(32 * steps)
+  sh, sr = _case_pairs(score)
   built = cross_encoder.build(config.model, seed=0, train_texts=lambda: ())
   inputs, batches, ours_step, box = _ours(config, cross_encoder, built, histories, responses,
                                           labels, batch_size=32, steps=steps)
@@ -218,7 +250,6 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-  sh, sr = histories[-score:], responses[-score:]
   scorer = rerank.PairScorer(box["state"].host_model(), inputs)
   st = StCrossEncoder(folder, num_labels=2, max_length=config.model.max_length, device="cpu")
 
@@ -226,18 +257,18 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
     model.eval()
     order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
     with torch.no_grad():
-      for start in range(0, score, score_batch):
+      for start in range(0, len(sh), score_batch):
         idx = order[start:start + score_batch]
         b = inputs([sh[i] for i in idx], [sr[i] for i in idx])
         model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
               token_type_ids=torch.tensor(b["type_ids"]).long())
     model.train()
 
-  _compare(f"cross-encoder (MiniLM, ours in {dtype})", ours_step, torch_step, batches, steps,
-           lambda: scorer.margins(sh, sr, batch_size=score_batch),
-           [("BertForSequenceClassification, same inputs", torch_score),
-            ("sentence-transformers CrossEncoder.predict",
-             lambda: st.predict(list(zip(sh, sr)), batch_size=score_batch))], score)
+  ours_score = lambda: scorer.margins(sh, sr, batch_size=score_batch)
+  _compare(f"cross-encoder (MiniLM, ours in {dtype})", ours_step, torch_step, batches, steps, [
+      ("vs BertForSequenceClassification, same inputs", ours_score, torch_score),
+      ("vs sentence-transformers CrossEncoder.predict", ours_score,
+       lambda: st.predict(list(zip(sh, sr)), batch_size=score_batch))], len(sh))
 
 
 def bench_bilstm(torch, steps: int, score: int, dtype: str = "float32"):
@@ -274,14 +305,16 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--models", default="esim+cross+bilstm")
   parser.add_argument("--steps", type=int, default=10)
-  parser.add_argument("--score", type=int, default=512)
+  parser.add_argument("--score", type=int, default=500,
+                      help="pairs reranked: the candidates of score / 10 1-of-10 cases")
   parser.add_argument("--dtype", default="float32",
                       help="our models' compute dtype (PyTorch stays float32)")
   args = parser.parse_args()
   import torch  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
   print(f"{os.cpu_count()} CPUs, torch {torch.__version__} on {torch.get_num_threads()} threads, "
-        f"{args.steps} timed training steps, {args.score} pairs reranked")
+        f"{args.steps} timed training steps, {args.score // 10 * 10} candidates of "
+        f"{args.score // 10} cases reranked")
   print("| measurement | convfit_jax | PyTorch | ratio |")
   print("|---|---|---|---|")
   for name in args.models.split("+"):

@@ -68,20 +68,43 @@ def test_soft_alignment_matching_and_pooling_match_loops():
   la, lb = [4, 2], [1, 5]
   am = np.arange(4)[None] < np.array(la)[:, None]
   bm = np.arange(5)[None] < np.array(lb)[:, None]
-  at, bt = esim.soft_align(jnp.asarray(a), jnp.asarray(b), jnp.asarray(am), jnp.asarray(bm))
+  to_b, to_a = map(np.asarray, esim.alignment_weights(jnp.asarray(a), jnp.asarray(b),
+                                                      jnp.asarray(am), jnp.asarray(bm)))
   for k in range(2):
     e = a[k, :la[k]] @ b[k, :lb[k]].T
     wa = np.exp(e - e.max(1, keepdims=True)); wa /= wa.sum(1, keepdims=True)
     wb = np.exp(e - e.max(0, keepdims=True)); wb /= wb.sum(0, keepdims=True)
-    np.testing.assert_allclose(np.asarray(at)[k, :la[k]], wa @ b[k, :lb[k]], atol=1e-5)
-    np.testing.assert_allclose(np.asarray(bt)[k, :lb[k]], wb.T @ a[k, :la[k]], atol=1e-5)
-  m = np.asarray(esim.local_matching(jnp.asarray(a), at))
-  np.testing.assert_allclose(m[..., 9:], a * np.asarray(at), atol=1e-6)
-  np.testing.assert_allclose(m[..., 6:9], a - np.asarray(at), atol=1e-6)
+    np.testing.assert_allclose((to_b[k] @ b[k])[:la[k]], wa @ b[k, :lb[k]], atol=1e-5)
+    np.testing.assert_allclose((to_a[k].T @ a[k])[:lb[k]], wb.T @ a[k, :la[k]], atol=1e-5)
+  x, x_tilde, kernel = rng.normal(size=(7, 4)), rng.normal(size=(7, 4)), rng.normal(size=(16, 3))
+  w_self, w_aligned, w_product = map(np.asarray, esim.matching_weights(jnp.asarray(kernel)))
+  np.testing.assert_allclose(x @ w_self + x_tilde @ w_aligned + (x * x_tilde) @ w_product,
+                             np.concatenate([x, x_tilde, x - x_tilde, x * x_tilde], -1) @ kernel,
+                             atol=1e-6)
   pooled = np.asarray(esim.mean_max_pool(jnp.asarray(a), jnp.asarray(am)))
   for k in range(2):
     np.testing.assert_allclose(pooled[k], np.concatenate([a[k, :la[k]].mean(0), a[k, :la[k]].max(0)]),
                                atol=1e-6)
+
+
+def test_esim_computes_the_papers_formulas():
+  """The model's logits against ESIM written out: dual vectors from the alignment, the
+  projection of the concatenated local matching, pooling and the MLP."""
+  model, vocab = _tiny()
+  c, cl = words.encode(["how do i mount a drive __eou__ use sudo mount", "try the forum"], vocab,
+                       max_length=64, keep="end")
+  r, rl = words.encode(["use sudo mount a drive", "try"], vocab, max_length=64, keep="start")
+  c, cl, r, rl = map(jnp.asarray, (c, cl, r, rl))
+  table = model.embeddings[...]
+  c_mask, r_mask = c != 0, r != 0
+  a, b = model.encoder(table[c], cl), model.encoder(table[r], rl)
+  to_b, to_a = esim.alignment_weights(a, b, c_mask, r_mask)
+  a_t, b_t = jnp.einsum("nij,njd->nid", to_b, b), jnp.einsum("nij,nid->njd", to_a, a)
+  match = lambda x, t: jax.nn.relu(model.projection(jnp.concatenate([x, t, x - t, x * t], -1)))
+  va, vb = model.composition(match(a, a_t), cl), model.composition(match(b, b_t), rl)
+  v = jnp.concatenate([esim.mean_max_pool(va, c_mask), esim.mean_max_pool(vb, r_mask)], -1)
+  np.testing.assert_allclose(np.asarray(model(c, cl, r, rl)),
+                             np.asarray(model.out(jnp.tanh(model.hidden(v)))), atol=1e-5)
 
 
 def _tiny(freeze=False):

@@ -153,15 +153,38 @@ def test_pair_scorer_reads_each_case_history_with_each_candidate(tmp_path):
   assert "hello all __eou__ question about" in seen[0][0]
 
 
-def test_pairs_are_scored_grouped_by_history_width_then_by_response_length():
+def test_pairs_are_scored_grouped_by_widths_then_by_history():
   w = lambda n: " ".join(["w"] * n)
-  histories, responses = [w(3), w(40), w(5), w(45), w(500)], [w(9), w(1), w(2), w(8), w(3)]
+  a, b, c = w(3), w(40), w(5)
+  histories, responses = [a, b, a, c, a], [w(9), w(1), w(20), w(2), w(3)]
   words_inputs = models.PairInputs(None, lengths=lambda h, r: (
-      np.array([min(len(t.split()), 400) for t in h]), np.array([len(t.split()) for t in r])))
-  # Widths 16, 48, 16, 48, 400: the two 16s by response length, then the 48s, then the cut one.
-  assert rerank.scoring_order(words_inputs, histories, responses).tolist() == [2, 0, 1, 3, 4]
+      np.array([len(t.split()) for t in h]), np.array([len(t.split()) for t in r])))
+  # History widths 16, 48, 16, 16, 16 and response widths 16, 16, 24, 16, 16: history a's
+  # two short responses (by length), c's, a's long one, then the wide history.
+  assert rerank.scoring_order(words_inputs, histories, responses).tolist() == [4, 0, 3, 2, 1]
   # One sequence a pair (the cross-encoder): history characters, then response characters.
-  assert rerank.scoring_order(models.PairInputs(None), histories, responses).tolist() == [0, 2, 1, 3, 4]
+  assert rerank.scoring_order(models.PairInputs(None), histories, responses).tolist() == [4, 0, 2, 3, 1]
+
+
+@pytest.mark.parametrize("name", ["esim", "sentence_lstm"])
+def test_each_distinct_history_encoded_once_scores_as_every_pair_with_its_own(tmp_path, name):
+  _write_data(tmp_path, rows=32, cases=5)
+  c = _config(esim_config, f"model={name},runlocal", tmp_path, **{
+      "model.vectors": "", "model.embed_dim": 8, "model.hidden": 8})
+  cases = read_response_selection(tmp_path / "rs10.jsonl")
+  histories = [" __eou__ ".join(h) for h in cases.histories for _ in range(10)]
+  responses = [r for cands in cases.candidates for r in cands]
+  module = models.get(name)
+  built = module.build(c.model, seed=0, train_texts=lambda: histories + responses)
+  inputs = module.pair_inputs(built, c.model)
+  shared = inputs.shared_contexts(histories[:23], responses[:23])
+  assert len(shared["context_ids"]) == 4 and shared["context_index"].tolist() == sorted(
+      shared["context_index"].tolist())  # 3 distinct histories, a power of two rows
+  scorer = rerank.PairScorer(built.model, inputs)
+  own = rerank.PairScorer(built.model, models.PairInputs(inputs.encode, lengths=inputs.lengths))
+  # 50 pairs in chunks of 16: the last chunk is filled with copies of its first pair.
+  np.testing.assert_allclose(scorer.margins(histories, responses, batch_size=16),
+                             own.margins(histories, responses, batch_size=16), atol=1e-5)
 
 
 def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):

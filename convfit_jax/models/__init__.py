@@ -48,10 +48,15 @@ class PairInputs:
     pad_values: the value that pads each [n, width] input wider (0 where not named).
     lengths: (n histories, n responses) -> ([n] history, [n] response) int lengths as
       `encode` cuts them, for models that pad the two apart (None: one sequence a pair).
+    shared_contexts: for models that encode a context apart from its response, as
+      `encode` but each distinct history once: its context inputs hold [m, width] / [m]
+      rows (m padded to a power of two by repeating the first) and "context_index" [n]
+      int32 says which row each pair reads (None: every pair carries its own history).
   """
   encode: Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]]
   pad_values: Mapping[str, int] = dataclasses.field(default_factory=dict)
   lengths: Callable[[Sequence[str], Sequence[str]], tuple[np.ndarray, np.ndarray]] | None = None
+  shared_contexts: Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]] | None = None
 
   def __call__(self, histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
     return self.encode(histories, responses)

@@ -3,8 +3,8 @@
 Context and response are word sequences (`data.words`; the context's turns joined by
 `__eou__`, cut from the left). Both go through one input-encoding BiLSTM; each context
 token is aligned softly with the response tokens and vice versa (e = a b^T, padding
-masked); local matching [a; a~; a - a~; a * a~] goes through a ReLU projection and a
-composition BiLSTM; mean and max pooling of both sides feed an MLP with one tanh hidden
+masked); local matching [a; a~; a - a~; a * a~] goes through a ReLU projection (computed
+in parts, `matching_weights`) and a composition BiLSTM; mean and max pooling of both sides feed an MLP with one tanh hidden
 layer and a 2-way softmax (not a match / a match). A candidate's score is the logit
 difference, log p(match) - log p(no match).
 
@@ -46,19 +46,28 @@ def masked_softmax(scores: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
   return jax.nn.softmax(jnp.where(mask, scores, _MASKED), axis=axis)
 
 
-def soft_align(a: jax.Array, b: jax.Array, a_mask: jax.Array, b_mask: jax.Array
-               ) -> tuple[jax.Array, jax.Array]:
-  """ESIM's dual vectors: [n, La, d] and [n, Lb, d] with bool masks [n, La], [n, Lb] ->
-  (a~ [n, La, d], each a token's attention-weighted response tokens; b~ [n, Lb, d])."""
+def alignment_weights(a: jax.Array, b: jax.Array, a_mask: jax.Array, b_mask: jax.Array
+                      ) -> tuple[jax.Array, jax.Array]:
+  """ESIM's soft alignment e = a b^T, padding masked: [n, La, d] and [n, Lb, d] with bool
+  masks [n, La], [n, Lb] -> ([n, La, Lb] weights of b's tokens for each a token (rows sum
+  to 1), [n, La, Lb] weights of a's tokens for each b token (columns sum to 1)). The dual
+  vectors are a~ = to_b b and b~ = to_a^T a."""
   e = jnp.einsum("nid,njd->nij", a, b)
-  a_tilde = jnp.einsum("nij,njd->nid", masked_softmax(e, b_mask[:, None, :], axis=2), b)
-  b_tilde = jnp.einsum("nij,nid->njd", masked_softmax(e, a_mask[:, :, None], axis=1), a)
-  return a_tilde, b_tilde
+  return masked_softmax(e, b_mask[:, None, :], axis=2), masked_softmax(e, a_mask[:, :, None], axis=1)
 
 
-def local_matching(x: jax.Array, x_tilde: jax.Array) -> jax.Array:
-  """[x; x~; x - x~; x * x~] along the last axis: [n, L, d] -> [n, L, 4 d]."""
-  return jnp.concatenate([x, x_tilde, x - x_tilde, x * x_tilde], axis=-1)
+def matching_weights(kernel: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The projection of the local matching [x; x~; x - x~; x * x~] ([8 hidden, hidden]
+  `kernel`, four [2 hidden, hidden] blocks K1..K4) as x W_self + x~ W_aligned + (x * x~)
+  W_product: returns (K1 + K3, K2 - K3, K4).
+
+  The same map with a quarter fewer products and no [n, L, 8 hidden] concatenation; x W_self
+  of a context is computed once for all its candidates, and a~ W_aligned as to_b (b
+  W_aligned), over the response's few tokens (the projection of the concatenation was
+  ESIM's largest product on CPU, above either BiLSTM: docs/benchmarks.md).
+  """
+  k1, k2, k3, k4 = jnp.split(kernel, 4)
+  return k1 + k3, k2 - k3, k4
 
 
 def mean_max_pool(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -81,26 +90,44 @@ class Esim(nnx.Module):
     linear = lambda d_in, d_out: nnx.Linear(d_in, d_out, dtype=dt,
                                             preferred_element_type=jnp.float32, rngs=rngs)
     self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs, dtype=dt)
+    # Applied through `matching_weights`, not called: its kernel keeps the paper's
+    # [8 hidden, hidden] layout (and checkpoints theirs).
     self.projection = linear(8 * c.hidden, c.hidden)
     self.composition = BiLSTM(c.hidden, c.hidden, rngs=rngs, dtype=dt)
     self.hidden = linear(8 * c.hidden, c.hidden)
     self.out = nnx.Linear(c.hidden, 2, rngs=rngs)
 
   def __call__(self, context_ids: jax.Array, context_lengths: jax.Array, response_ids: jax.Array,
-               response_lengths: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
+               response_lengths: jax.Array, context_index: jax.Array | None = None,
+               dropout_key: jax.Array | None = None) -> jax.Array:
     """[n, Lc] / [n, Lr] int32 ids (0 = padding) and [n] int32 lengths -> [n, 2] logits.
 
+    `context_index` [n] int32, where given: the context inputs are [m, Lc] / [m] distinct
+    contexts and pair i reads row `context_index[i]`, so a context scored with many
+    candidates goes through the input encoding once (`PairInputs.shared_contexts`).
     `dropout_key` (training) drops MLP inputs and hidden units at `config.dropout`.
     """
+    dt = jnp.dtype(self.config.dtype)
+    mm = lambda x, w: jnp.matmul(x.astype(dt), w.astype(dt), preferred_element_type=jnp.float32)
+    w_self, w_aligned, w_product = matching_weights(self.projection.kernel[...])
+    bias = self.projection.bias[...]
     table = self.embeddings[...]
+    a = self.encoder(table[context_ids], context_lengths)  # [m or n, Lc, 2 hidden]
+    a_self = mm(a, w_self)
+    if context_index is not None:
+      a, a_self = a[context_index], a_self[context_index]
+      context_lengths = context_lengths[context_index]
     c_mask = jnp.arange(context_ids.shape[1])[None, :] < context_lengths[:, None]
     r_mask = jnp.arange(response_ids.shape[1])[None, :] < response_lengths[:, None]
-    a = self.encoder(table[context_ids], context_lengths)
     b = self.encoder(table[response_ids], response_lengths)
-    a_tilde, b_tilde = soft_align(a, b, c_mask, r_mask)
-    project = lambda x: jax.nn.relu(self.projection(x))
-    va = self.composition(project(local_matching(a, a_tilde)), context_lengths)
-    vb = self.composition(project(local_matching(b, b_tilde)), response_lengths)
+    to_b, to_a = alignment_weights(a, b, c_mask, r_mask)
+    a_tilde = jnp.einsum("nij,njd->nid", to_b, b)
+    b_tilde = jnp.einsum("nij,nid->njd", to_a, a)
+    a_aligned = jnp.einsum("nij,njd->nid", to_b, mm(b, w_aligned))  # = mm(a_tilde, w_aligned)
+    ma = jax.nn.relu(a_self + a_aligned + mm(a * a_tilde, w_product) + bias)
+    mb = jax.nn.relu(mm(b, w_self) + mm(b_tilde, w_aligned) + mm(b * b_tilde, w_product) + bias)
+    va = self.composition(ma, context_lengths)
+    vb = self.composition(mb, response_lengths)
     v = jnp.concatenate([mean_max_pool(va, c_mask), mean_max_pool(vb, r_mask)], axis=-1)
     k1, k2 = (None, None) if dropout_key is None else jax.random.split(dropout_key)
     h = jnp.tanh(self.hidden(dropout(v, self.config.dropout, k1)))

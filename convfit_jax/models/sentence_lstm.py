@@ -64,9 +64,13 @@ class SentenceLstm(nnx.Module):
     return jnp.einsum("nlr,nld->nrd", a, h).reshape(ids.shape[0], -1)
 
   def __call__(self, context_ids: jax.Array, context_lengths: jax.Array, response_ids: jax.Array,
-               response_lengths: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
-    """As `Esim.__call__`: [n, 2] logits; `dropout_key` drops MLP inputs and hidden units."""
+               response_lengths: jax.Array, context_index: jax.Array | None = None,
+               dropout_key: jax.Array | None = None) -> jax.Array:
+    """As `Esim.__call__`: [n, 2] logits (`context_index`: pair i reads distinct context
+    row `context_index[i]`); `dropout_key` drops MLP inputs and hidden units."""
     u = self.encode(context_ids, context_lengths)
+    if context_index is not None:
+      u = u[context_index]
     v = self.encode(response_ids, response_lengths)
     x = jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=-1)
     keys = [None] * 3 if dropout_key is None else list(jax.random.split(dropout_key, 3))

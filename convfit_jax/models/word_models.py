@@ -81,7 +81,15 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
     return (words.cut_lengths(histories, max_length=m.max_context),
             words.cut_lengths(responses, max_length=m.max_response))
 
-  return PairInputs(inputs, lengths=lengths)
+  def shared_contexts(histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
+    row = {}  # each distinct history's row, in order of first appearance
+    index = np.array([row.setdefault(h, len(row)) for h in histories], np.int32)
+    distinct = list(row)
+    # Powers of two bound the shapes XLA compiles; the padding rows are read by no pair.
+    distinct += distinct[:1] * ((1 << (len(distinct) - 1).bit_length()) - len(distinct))
+    return {**inputs(distinct, responses), "context_index": index}
+
+  return PairInputs(inputs, lengths=lengths, shared_contexts=shared_contexts)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

@@ -56,26 +56,25 @@ def _margins(graphdef: nnx.GraphDef, state: nnx.State, batch: Mapping[str, jax.A
   return logits[:, 1] - logits[:, 0]
 
 
-def pad_rows(arrays: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-  """Every array's first axis padded to `rows` with copies of its first row (scored, ignored)."""
-  return {k: np.concatenate([v, np.repeat(v[:1], rows - len(v), axis=0)]) for k, v in arrays.items()}
-
-
 def scoring_order(inputs: PairInputs, histories: Sequence[str], responses: Sequence[str]
                   ) -> np.ndarray:
   """[n] pair indices in the order to score them, so that consecutive pairs pad to little.
 
   Where the model pads history and response apart (`inputs.lengths`), pairs whose
-  histories pad to the same width (`words.padded_length`) go together, in order of
-  response length within; otherwise in order of history, then response, characters.
-  Sorting by history length alone left each chunk's responses padded to the longest of
-  its random ones, mostly far above their mean.
+  histories pad to the same width (`words.padded_length`) go together, then those whose
+  responses do, and within those a history's pairs one after the other (a model with
+  `shared_contexts` encodes each history of a chunk once), in order of response length;
+  otherwise in order of history, then response, characters. Sorting by history length
+  alone left each chunk's responses padded to the longest of its random ones, mostly far
+  above their mean.
   """
   if inputs.lengths is None:
     return np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
   history, response = inputs.lengths(histories, responses)
-  width = [words.padded_length(int(n), 1 << 30) for n in history]
-  return np.lexsort((history, response, width))
+  width = lambda lengths: [words.padded_length(int(n), 1 << 30) for n in lengths]
+  first = {}
+  history_id = [first.setdefault(h, len(first)) for h in histories]
+  return np.lexsort((response, history_id, width(response), width(history)))
 
 
 class PairScorer:
@@ -93,13 +92,16 @@ class PairScorer:
   def margins(self, histories: Sequence[str], responses: Sequence[str], *, batch_size: int = 64
               ) -> np.ndarray:
     """[n] float32 match margins, log p(match) - log p(no match), of aligned pairs, scored
-    in `scoring_order` in chunks of `batch_size` rows (one compile per padded shape)."""
+    in `scoring_order` in chunks of `batch_size` pairs (the last filled with copies of its
+    first pair; one compile per padded shape), each distinct history of a chunk encoded
+    once where the model allows (`PairInputs.shared_contexts`)."""
+    encode = self.inputs.shared_contexts or self.inputs.encode
     order = scoring_order(self.inputs, histories, responses)
     out = np.empty(len(order), np.float32)
     for start in range(0, len(order), batch_size):
       idx = order[start:start + batch_size]
-      batch = pad_rows(self.inputs([histories[i] for i in idx], [responses[i] for i in idx]),
-                       batch_size)
+      rows = np.concatenate([idx, np.repeat(idx[:1], batch_size - len(idx))])
+      batch = encode([histories[i] for i in rows], [responses[i] for i in rows])
       out[idx] = np.asarray(_margins(self.graphdef, self.state, batch))[:len(idx)]
     return out
 
