@@ -228,8 +228,9 @@ def test_the_interpolation_weight_is_the_smallest_with_the_best_mrr():
   margins = np.array([[0.0, 1.0], [0.0, 2.0]])
   inside = np.array([[False, True], [True, False]])
   # Query 0 needs w > 0.1 (at 0.1 a tie ranks its answer last), query 1 w < 0.4.
-  assert retrieve_rerank.choose_weight(cosines, margins, inside) == pytest.approx(10 ** -0.75)
-  assert retrieve_rerank.choose_weight(cosines[1:], margins[1:], inside[1:]) == 0.0
+  w, mrr = retrieve_rerank.choose_weight(cosines, margins, inside)
+  assert w == pytest.approx(10 ** -0.75) and mrr[0] == 0.75 and mrr.max() == 1.0
+  assert retrieve_rerank.choose_weight(cosines[1:], margins[1:], inside[1:])[0] == 0.0
 
 
 def test_reciprocal_rank_fusion_and_the_answers_rank_in_the_cut():

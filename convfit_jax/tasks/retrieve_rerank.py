@@ -103,11 +103,14 @@ def exclude_own_turns(scores: np.ndarray, pool: list[str], histories, answer: np
 WEIGHTS = (0.0, *np.logspace(-3, 1, 17))
 
 
-def choose_weight(cosines: np.ndarray, margins: np.ndarray, inside: np.ndarray) -> float:
+def choose_weight(cosines: np.ndarray, margins: np.ndarray, inside: np.ndarray
+                  ) -> tuple[float, np.ndarray]:
   """The weight of `WEIGHTS` whose cosine + weight * margin order gives the cut's answers
-  the best MRR (the smallest on a tie); all [queries, k], `inside` bool."""
-  mrr = [rank_metrics(rank_in_cut(cosines + w * margins, inside), (1,))["mrr"] for w in WEIGHTS]
-  return float(WEIGHTS[int(np.argmax(mrr))])
+  the best MRR (the smallest on a tie), and [len(WEIGHTS)] the MRR of each (the first:
+  cosine alone); all inputs [queries, k], `inside` bool."""
+  mrr = np.array([rank_metrics(rank_in_cut(cosines + w * margins, inside), (1,))["mrr"]
+                  for w in WEIGHTS])
+  return float(WEIGHTS[int(np.argmax(mrr))]), mrr
 
 
 def retrieve_and_score(config: ml_collections.ConfigDict, file: str, num_queries: int,
@@ -165,10 +168,9 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
       if d.dev_file:
         _, dev_cosines, dev_margins, dev_inside = retrieve_and_score(
             config, d.dev_file, d.dev_queries, encode, scorer)
-        w = choose_weight(dev_cosines, dev_margins, dev_inside)
-        dev_mrr = lambda s: rank_metrics(rank_in_cut(s, dev_inside), (1,))["mrr"]
-        metrics.update({"interpolation_weight": w, "dev_retrieval_mrr": dev_mrr(dev_cosines),
-                        "dev_interpolated_mrr": dev_mrr(dev_cosines + w * dev_margins)})
+        w, dev_mrr = choose_weight(dev_cosines, dev_margins, dev_inside)
+        metrics.update({"interpolation_weight": w, "dev_retrieval_mrr": float(dev_mrr[0]),
+                        "dev_interpolated_mrr": float(dev_mrr.max())})
         metrics.update(_prefixed("interpolated_", rank_metrics(
             rank_in_cut(cosines + w * margins, inside), (1, 10))))
     metrics = workdir.update_metrics(metrics)
