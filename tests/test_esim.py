@@ -20,9 +20,9 @@ from convfit_jax.models.lstm import BiLSTM
 def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
   torch = pytest.importorskip("torch")
   rng = np.random.default_rng(0)
-  n, t, d, h = 4, 7, 5, 6
+  n, t, d, h = 4, 9, 5, 6
   x = rng.normal(size=(n, t, d)).astype(np.float32)
-  lengths = np.array([7, 3, 1, 5], np.int32)
+  lengths = np.array([7, 3, 1, 5], np.int32)  # steps 7 and 8 padding in every row
   ours = BiLSTM(d, h, rngs=nnx.Rngs(0))
   ref = torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
   with torch.no_grad():
@@ -40,6 +40,10 @@ def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
   x_padded = np.where(np.arange(t)[None, :, None] < lengths[:, None, None], x, 9.0)
   got = ours(jnp.asarray(x_padded), jnp.asarray(lengths))
   np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=1e-5)
+  ours.eval()  # steps 7 and 8 skipped in both directions
+  np.testing.assert_allclose(np.asarray(ours(jnp.asarray(x_padded), jnp.asarray(lengths))),
+                             want.numpy(), atol=1e-5)
+  ours.train()
 
   # Gradients of a weighted sum of the valid outputs: inputs and both directions' weights.
   w = rng.normal(size=(n, t, 2 * h)).astype(np.float32)

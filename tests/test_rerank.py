@@ -176,6 +176,7 @@ def test_each_distinct_history_encoded_once_scores_as_every_pair_with_its_own(tm
   responses = [r for cands in cases.candidates for r in cands]
   module = models.get(name)
   built = module.build(c.model, seed=0, train_texts=lambda: histories + responses)
+  built.model.eval()  # as scorers run it: all-padding LSTM steps skipped
   inputs = module.pair_inputs(built, c.model)
   shared = inputs.shared_contexts(histories[:23], responses[:23])
   assert len(shared["context_ids"]) == 4 and shared["context_index"].tolist() == sorted(

@@ -1,15 +1,18 @@
 """A bidirectional LSTM over padded batches, with `torch.nn.LSTM`'s gates and weights.
 
-Both directions run in one `jax.lax.scan` over time-major inputs, so each time step is
-one batched [2, batch, d_in + hidden] x [2, d_in + hidden, 4 hidden] product of the step's
-input and the last state. The backward direction reads the whole padded sequence
-reversed (a flip, not a per-row gather, which cost XLA more than the recurrence itself);
-its rows then meet their padding first, and a step on padding keeps the carry
-unchanged, so each row's backward state starts at its own last word, as PyTorch's packed
-sequences do. The input projection is part of each step's
-product, not one product over every step before the recurrence: that product's [time,
-batch, 4 hidden] output left the cache, and the BiLSTM ran slower on CPU
-(docs/benchmarks.md). Outputs at padded positions are zero.
+Each direction is a `jax.lax.scan` of its own over time-major inputs, each time step one
+[batch, d_in + hidden] x [d_in + hidden, 4 hidden] product of the step's input and the last
+state. The backward direction reads the whole padded sequence reversed (a flip, not a
+per-row gather, which cost XLA more than the recurrence itself); its rows then meet their
+padding first, and a step on padding keeps the carry unchanged, so each row's backward
+state starts at its own last word, as PyTorch's packed sequences do. In eval mode
+(`model.eval()`), steps where every row is on padding are skipped, the forward direction's
+last ones and the backward's first ones (two scans rather than one over both directions so
+that each can skip its own); in train mode every step runs, as differentiating through the
+skip (a `lax.cond` in the scan) made ESIM's training steps three times slower. The
+input projection is part of each step's product, not one product over every step before
+the recurrence: that product's [time, batch, 4 hidden] output left the cache, and the
+BiLSTM ran slower on CPU (docs/benchmarks.md). Outputs at padded positions are zero.
 
 In a bfloat16 compute dtype the products take bfloat16 inputs and accumulate in float32;
 gates, cell and hidden states stay float32 (on CPUs with AMX, ESIM then reranks faster
@@ -43,6 +46,7 @@ class BiLSTM(nnx.Module):
     uniform = lambda shape: jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound)
     self.hidden = hidden
     self.dtype = dtype
+    self.deterministic = False  # True in eval mode (nnx's `eval()`): skip all-padding steps
     self.w_ih = nnx.Param(uniform((2, d_in, 4 * hidden)))
     self.w_hh = nnx.Param(uniform((2, hidden, 4 * hidden)))
     self.bias = nnx.Param(uniform((2, 4 * hidden)) + uniform((2, 4 * hidden)))
@@ -54,21 +58,37 @@ class BiLSTM(nnx.Module):
     x = jnp.swapaxes(x, 0, 1).astype(dt)  # [time, batch, d_in]
     valid = jnp.arange(x.shape[0])[:, None] < lengths[None, :]  # [time, batch]
     w = jnp.concatenate([w_ih, w_hh], axis=1)  # [2, d_in + hidden, 4 hidden]
-
-    def step(carry, inputs):
-      h, c = carry
-      x_f, x_b, valid_f, valid_b = inputs
-      xh = jnp.concatenate([jnp.stack([x_f, x_b]), h.astype(dt)], axis=-1)
-      gates = jnp.einsum("kbh,khg->kbg", xh, w, preferred_element_type=jnp.float32) + bias[:, None]
-      i, f, g, o = jnp.split(gates, 4, axis=-1)
-      c_new = _sigmoid(f) * c + _sigmoid(i) * jnp.tanh(g)
-      h_new = _sigmoid(o) * jnp.tanh(c_new)
-      keep = jnp.stack([valid_f, valid_b])[..., None]
-      h, c = jnp.where(keep, h_new, h), jnp.where(keep, c_new, c)
-      return (h, c), (h[0], h[1])
-
-    zeros = jnp.zeros((2, x.shape[1], self.hidden), jnp.float32)
-    _, (forward, backward) = jax.lax.scan(step, (zeros, zeros),
-                                          (x, x[::-1], valid, valid[::-1]))
-    out = jnp.concatenate([forward, backward[::-1]], axis=-1)  # [time, batch, 2 hidden]
+    run = lambda x, valid, k: _direction(x, valid, w[k], bias[k], self.hidden, self.deterministic)
+    forward, backward = run(x, valid, 0), run(x[::-1], valid[::-1], 1)[::-1]
+    out = jnp.concatenate([forward, backward], axis=-1)  # [time, batch, 2 hidden]
     return jnp.swapaxes(jnp.where(valid[..., None], out, 0.0), 0, 1)
+
+
+def _direction(x: jax.Array, valid: jax.Array, w: jax.Array, bias: jax.Array, hidden: int,
+               skip_padding: bool) -> jax.Array:
+  """One direction's recurrence: [time, batch, d_in] inputs (in the compute dtype), [time,
+  batch] bool valid, w [d_in + hidden, 4 hidden], bias [4 hidden] -> [time, batch, hidden]
+  float32 states. A row on padding keeps its carry; with `skip_padding` a step where every
+  row is on padding is not computed, so a batch padded to a bucketed width runs no step
+  past its longest row."""
+  def cell(carry, x_t, valid_t):
+    h, c = carry
+    xh = jnp.concatenate([x_t, h.astype(w.dtype)], axis=-1)
+    gates = jnp.dot(xh, w, preferred_element_type=jnp.float32) + bias
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    c_new = _sigmoid(f) * c + _sigmoid(i) * jnp.tanh(g)
+    h_new = _sigmoid(o) * jnp.tanh(c_new)
+    keep = valid_t[:, None]
+    return jnp.where(keep, h_new, h), jnp.where(keep, c_new, c)
+
+  def step(carry, inputs):
+    x_t, valid_t = inputs
+    if skip_padding:
+      carry = jax.lax.cond(jnp.any(valid_t), lambda hc: cell(hc, x_t, valid_t), lambda hc: hc,
+                           carry)
+    else:
+      carry = cell(carry, x_t, valid_t)
+    return carry, carry[0]
+
+  zeros = jnp.zeros((x.shape[1], hidden), jnp.float32)
+  return jax.lax.scan(step, (zeros, zeros), (x, valid))[1]

@@ -129,9 +129,9 @@ def is_rerank_run(workdir: str | os.PathLike) -> bool:
 
 def load_reranker(workdir: str | os.PathLike, *, dtype: str | None = None
                   ) -> tuple[nnx.Module, PairInputs]:
-  """The model a finished rerank run exported (`workdir/model`) and how it reads pairs,
-  as that run's config.json describes them; `dtype` replaces the compute dtype it was
-  trained in (e.g. "bfloat16" to score faster; parameters stay float32)."""
+  """The model a finished rerank run exported (`workdir/model`), in eval mode, and how it
+  reads pairs, as that run's config.json describes them; `dtype` replaces the compute dtype
+  it was trained in (e.g. "bfloat16" to score faster; parameters stay float32)."""
   workdir = Path(workdir)
   config = _finished_run_config(workdir)
   if config is None:
@@ -142,6 +142,7 @@ def load_reranker(workdir: str | os.PathLike, *, dtype: str | None = None
     m.dtype = dtype
   module = models.get(m.name)
   built = module.load(workdir / "model", m)
+  built.model.eval()
   return built.model, module.pair_inputs(built, m)
 
 
