@@ -4,9 +4,9 @@ Context and response are word sequences (`data.words`; the context's turns joine
 `__eou__`, cut from the left). Both go through one input-encoding BiLSTM; each context
 token is aligned softly with the response tokens and vice versa (e = a b^T, padding
 masked); local matching [a; a~; a - a~; a * a~] goes through a ReLU projection (computed
-in parts, `matching_weights`) and a composition BiLSTM; mean and max pooling of both sides feed an MLP with one tanh hidden
-layer and a 2-way softmax (not a match / a match). A candidate's score is the logit
-difference, log p(match) - log p(no match).
+in parts, `matching_weights`) and a composition BiLSTM; mean and max pooling of both sides
+feed an MLP with one tanh hidden layer and a 2-way softmax (not a match / a match). A
+candidate's score is the logit difference, log p(match) - log p(no match).
 
 Word embeddings start from a vectors file (GloVe) or at random, fine-tuned or frozen
 (`word_models`).
@@ -61,10 +61,10 @@ def matching_weights(kernel: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array
   `kernel`, four [2 hidden, hidden] blocks K1..K4) as x W_self + x~ W_aligned + (x * x~)
   W_product: returns (K1 + K3, K2 - K3, K4).
 
-  The same map with a quarter fewer products and no [n, L, 8 hidden] concatenation; x W_self
-  of a context is computed once for all its candidates, and a~ W_aligned as to_b (b
-  W_aligned), over the response's few tokens (the projection of the concatenation was
-  ESIM's largest product on CPU, above either BiLSTM: docs/benchmarks.md).
+  The same map without the [n, L, 8 hidden] concatenation: a context's a W_self is
+  computed once for all its candidates, a~ W_aligned as to_b (b W_aligned) over the
+  response's few tokens, and only (a * a~) W_product over every pair's context tokens, a
+  quarter of the concatenation's product.
   """
   k1, k2, k3, k4 = jnp.split(kernel, 4)
   return k1 + k3, k2 - k3, k4
@@ -90,8 +90,8 @@ class Esim(nnx.Module):
     linear = lambda d_in, d_out: nnx.Linear(d_in, d_out, dtype=dt,
                                             preferred_element_type=jnp.float32, rngs=rngs)
     self.encoder = BiLSTM(c.embed_dim, c.hidden, rngs=rngs, dtype=dt)
-    # Applied through `matching_weights`, not called: its kernel keeps the paper's
-    # [8 hidden, hidden] layout (and checkpoints theirs).
+    # Applied in parts through `matching_weights`, not called; its kernel keeps the
+    # paper's [8 hidden, hidden] layout, so earlier checkpoints load unchanged.
     self.projection = linear(8 * c.hidden, c.hidden)
     self.composition = BiLSTM(c.hidden, c.hidden, rngs=rngs, dtype=dt)
     self.hidden = linear(8 * c.hidden, c.hidden)
