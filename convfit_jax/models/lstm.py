@@ -9,7 +9,7 @@ state starts at its own last word, as PyTorch's packed sequences do. In eval mod
 (`model.eval()`), steps where every row is on padding are skipped, the forward direction's
 last ones and the backward's first ones (two scans rather than one over both directions so
 that each can skip its own); in train mode every step runs, as differentiating through the
-skip (a `lax.cond` in the scan) made ESIM's training steps three times slower. The
+skip (a `lax.cond` in the scan) made ESIM's training steps slower than running them all. The
 input projection is part of each step's product, not one product over every step before
 the recurrence: that product's [time, batch, 4 hidden] output left the cache, and the
 BiLSTM ran slower on CPU (docs/benchmarks.md). Outputs at padded positions are zero.
