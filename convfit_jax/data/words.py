@@ -190,6 +190,14 @@ def padded_length(longest: int, max_length: int) -> int:
   return min(max(width, MIN_PADDED_LENGTH), max_length)
 
 
+def distinct(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+  """Each distinct text once, in order of first appearance, and [n] int32 the row of each
+  of `texts` in that list (a history scored with each of its candidates: one row)."""
+  row = {}
+  index = np.array([row.setdefault(t, len(row)) for t in texts], np.int32)
+  return list(row), index
+
+
 def cut_lengths(texts: Sequence[str], *, max_length: int) -> np.ndarray:
   """[n] int32: the lengths `encode` gives `texts`, without their ids. A text that repeats
   (a history scored with each of its candidates) is tokenised once."""

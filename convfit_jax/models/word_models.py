@@ -82,9 +82,7 @@ def pair_inputs(built: Built, m: ml_collections.ConfigDict) -> PairInputs:
             words.cut_lengths(responses, max_length=m.max_response))
 
   def shared_contexts(histories: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
-    row = {}  # each distinct history's row, in order of first appearance
-    index = np.array([row.setdefault(h, len(row)) for h in histories], np.int32)
-    distinct = list(row)
+    distinct, index = words.distinct(histories)
     # Powers of two bound the shapes XLA compiles; the padding rows are read by no pair.
     distinct += distinct[:1] * ((1 << (len(distinct) - 1).bit_length()) - len(distinct))
     return {**inputs(distinct, responses), "context_index": index}

@@ -72,8 +72,7 @@ def scoring_order(inputs: PairInputs, histories: Sequence[str], responses: Seque
     return np.lexsort(([len(r) for r in responses], [len(h) for h in histories]))
   history, response = inputs.lengths(histories, responses)
   width = lambda lengths: [words.padded_length(int(n), 1 << 30) for n in lengths]
-  first = {}
-  history_id = [first.setdefault(h, len(first)) for h in histories]
+  history_id = words.distinct(histories)[1]
   return np.lexsort((response, history_id, width(response), width(history)))
 
 
