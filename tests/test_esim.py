@@ -40,7 +40,7 @@ def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
   x_padded = np.where(np.arange(t)[None, :, None] < lengths[:, None, None], x, 9.0)
   got = ours(jnp.asarray(x_padded), jnp.asarray(lengths))
   np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=1e-5)
-  ours.eval()  # steps 7 and 8 skipped in both directions
+  ours.eval()  # rows sorted; steps shrink to 4, 2, 1 rows and none (steps 7, 8) each way
   np.testing.assert_allclose(np.asarray(ours(jnp.asarray(x_padded), jnp.asarray(lengths))),
                              want.numpy(), atol=1e-5)
   ours.train()
@@ -64,6 +64,35 @@ def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
                                  getattr(ref, f"weight_{name}_l0{suffix}").grad.numpy(), atol=1e-5)
     np.testing.assert_allclose(np.asarray(d_state["bias"][...][k]),
                                getattr(ref, f"bias_ih_l0{suffix}").grad.numpy(), atol=1e-5)
+
+
+def test_bilstm_eval_mode_computes_only_the_live_rows_and_matches_torch():
+  """Eval mode sorts the rows and shrinks each step to a prefix of `prefix_sizes`: with 19
+  rows of 1-23 words (ties included) the steps run 19, 16, 8, 4, 2 and 1 rows; every output
+  still equals torch.nn.LSTM's on packed sequences, and the rows come back in input order."""
+  torch = pytest.importorskip("torch")
+  from convfit_jax.models.lstm import prefix_sizes
+  assert prefix_sizes(19) == [19, 16, 8, 4, 2, 1]
+  assert prefix_sizes(64) == [64, 56, 48, 40, 32, 24, 16, 8, 4, 2, 1]
+  rng = np.random.default_rng(1)
+  n, t, d, h = 19, 24, 5, 6
+  lengths = np.concatenate([[23, 23, 1], rng.integers(1, 24, n - 3)]).astype(np.int32)
+  x = rng.normal(size=(n, t, d)).astype(np.float32)
+  ours = BiLSTM(d, h, rngs=nnx.Rngs(2))
+  ref = torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
+  with torch.no_grad():
+    for k, suffix in enumerate(("", "_reverse")):
+      getattr(ref, f"weight_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_ih[...][k]).T))
+      getattr(ref, f"weight_hh_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_hh[...][k]).T))
+      getattr(ref, f"bias_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.bias[...][k])))
+      getattr(ref, f"bias_hh_l0{suffix}").zero_()
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.tensor(x), torch.tensor(lengths),
+                                                     batch_first=True, enforce_sorted=False)
+    want = torch.nn.utils.rnn.pad_packed_sequence(ref(packed)[0], batch_first=True,
+                                                  total_length=t)[0].numpy()
+  ours.eval()
+  got = np.asarray(jax.jit(lambda v, l: ours(v, l))(jnp.asarray(x), jnp.asarray(lengths)))
+  np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_soft_alignment_matching_and_pooling_match_loops():
