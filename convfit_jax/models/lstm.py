@@ -2,10 +2,11 @@
 
 Each direction is a `jax.lax.scan` of its own over time-major inputs, each time step one
 [rows, d_in + hidden] x [d_in + hidden, 4 hidden] product of the step's input and the last
-state. The backward direction reads the whole padded sequence reversed (a flip, not a
-per-row gather, which cost XLA more than the recurrence itself); its rows then meet their
-padding first, and a step on padding keeps the carry unchanged, so each row's backward
-state starts at its own last word, as PyTorch's packed sequences do. The input projection
+state. The backward direction scans the padded batch from its last step (`reverse=True`:
+no flipped copies of inputs and outputs, and not a per-row gather, which cost XLA more
+than the recurrence itself); its rows then meet their padding first, and a step on
+padding keeps the carry unchanged, so each row's backward state starts at its own last
+word, as PyTorch's packed sequences do. The input projection
 is part of each step's product, not one product over every step before the recurrence:
 that product's [time, batch, 4 hidden] output left the cache, and the BiLSTM ran slower on
 CPU (docs/benchmarks.md). Outputs at padded positions are zero.
@@ -74,9 +75,9 @@ class BiLSTM(nnx.Module):
     x = jnp.swapaxes(x, 0, 1).astype(dt)  # [time, batch, d_in]
     valid = jnp.arange(x.shape[0])[:, None] < lengths[None, :]  # [time, batch]
     w = jnp.concatenate([w_ih, w_hh], axis=1)  # [2, d_in + hidden, 4 hidden]
-    run = lambda x, valid, k: _direction(x, valid, w[k], bias[k], self.hidden, self.deterministic)
-    forward, backward = run(x, valid, 0), run(x[::-1], valid[::-1], 1)[::-1]
-    out = jnp.concatenate([forward, backward], axis=-1)  # [time, batch, 2 hidden]
+    run = lambda k: _direction(x, valid, w[k], bias[k], self.hidden, self.deterministic,
+                               backward=k == 1)
+    out = jnp.concatenate([run(0), run(1)], axis=-1)  # [time, batch, 2 hidden]
     out = jnp.swapaxes(jnp.where(valid[..., None], out, 0.0), 0, 1)
     if self.deterministic:
       out = out[jnp.argsort(order)]
@@ -84,7 +85,7 @@ class BiLSTM(nnx.Module):
 
 
 def _direction(x: jax.Array, valid: jax.Array, w: jax.Array, bias: jax.Array, hidden: int,
-               live_prefix: bool) -> jax.Array:
+               live_prefix: bool, backward: bool) -> jax.Array:
   """One direction's recurrence: [time, batch, d_in] inputs (in the compute dtype), [time,
   batch] bool valid, w [d_in + hidden, 4 hidden], bias [4 hidden] -> [time, batch, hidden]
   float32 states. A row on padding keeps its carry. With `live_prefix` the valid rows of
@@ -124,4 +125,4 @@ def _direction(x: jax.Array, valid: jax.Array, w: jax.Array, bias: jax.Array, hi
     return carry, carry[0]
 
   zeros = jnp.zeros((batch, hidden), jnp.float32)
-  return jax.lax.scan(step, (zeros, zeros), (x, valid))[1]
+  return jax.lax.scan(step, (zeros, zeros), (x, valid), reverse=backward)[1]
