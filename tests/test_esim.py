@@ -17,14 +17,11 @@ from convfit_jax.models.word_models import FrozenEmbedding
 from convfit_jax.models.lstm import BiLSTM
 
 
-def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
-  torch = pytest.importorskip("torch")
-  rng = np.random.default_rng(0)
-  n, t, d, h = 4, 9, 5, 6
-  x = rng.normal(size=(n, t, d)).astype(np.float32)
-  lengths = np.array([7, 3, 1, 5], np.int32)  # steps 7 and 8 padding in every row
-  ours = BiLSTM(d, h, rngs=nnx.Rngs(0))
-  ref = torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
+def _torch_twin(torch, ours: BiLSTM):
+  """A bidirectional torch.nn.LSTM with `ours`'s weights (its summed bias split 1:3 between
+  PyTorch's two bias vectors)."""
+  h = ours.hidden
+  ref = torch.nn.LSTM(ours.w_ih[...].shape[1], h, batch_first=True, bidirectional=True)
   with torch.no_grad():
     for k, suffix in enumerate(("", "_reverse")):
       getattr(ref, f"weight_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_ih[...][k]).T))
@@ -32,6 +29,18 @@ def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
       b = np.asarray(ours.bias[...][k])
       getattr(ref, f"bias_ih_l0{suffix}").copy_(torch.tensor(b * 0.25))
       getattr(ref, f"bias_hh_l0{suffix}").copy_(torch.tensor(b * 0.75))
+  return ref
+
+
+def test_bilstm_and_its_gradients_match_torch_on_a_padded_batch():
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(0)
+  n, t, d, h = 4, 9, 5, 6
+  x = rng.normal(size=(n, t, d)).astype(np.float32)
+  lengths = np.array([7, 3, 1, 5], np.int32)  # steps 7 and 8 padding in every row
+  ours = BiLSTM(d, h, rngs=nnx.Rngs(0))
+  ref = _torch_twin(torch, ours)
+  with torch.no_grad():
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.tensor(x), torch.tensor(lengths),
                                                      batch_first=True, enforce_sorted=False)
     want, _ = torch.nn.utils.rnn.pad_packed_sequence(ref(packed)[0], batch_first=True,
@@ -79,13 +88,8 @@ def test_bilstm_eval_mode_computes_only_the_live_rows_and_matches_torch():
   lengths = np.concatenate([[23, 23, 1], rng.integers(1, 24, n - 3)]).astype(np.int32)
   x = rng.normal(size=(n, t, d)).astype(np.float32)
   ours = BiLSTM(d, h, rngs=nnx.Rngs(2))
-  ref = torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
+  ref = _torch_twin(torch, ours)
   with torch.no_grad():
-    for k, suffix in enumerate(("", "_reverse")):
-      getattr(ref, f"weight_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_ih[...][k]).T))
-      getattr(ref, f"weight_hh_l0{suffix}").copy_(torch.tensor(np.asarray(ours.w_hh[...][k]).T))
-      getattr(ref, f"bias_ih_l0{suffix}").copy_(torch.tensor(np.asarray(ours.bias[...][k])))
-      getattr(ref, f"bias_hh_l0{suffix}").zero_()
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.tensor(x), torch.tensor(lengths),
                                                      batch_first=True, enforce_sorted=False)
     want = torch.nn.utils.rnn.pad_packed_sequence(ref(packed)[0], batch_first=True,
