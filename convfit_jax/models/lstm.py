@@ -13,8 +13,8 @@ CPU (docs/benchmarks.md). Outputs at padded positions are zero.
 
 In eval mode (`model.eval()`) the rows are sorted longest first, so at every step of
 either direction the rows still on words are a prefix of the batch, and a step computes
-only the smallest prefix that holds them (`prefix_sizes`: the batch, multiples of 8, then
-4, 2, 1; one `lax.switch` branch each), and nothing once every row is on padding. This is
+only the smallest prefix that holds them (`prefix_sizes`: the batch, then powers of two
+down to 8; one `lax.switch` branch each), and nothing once every row is on padding. This is
 what PyTorch's packed sequences do, shrinking the batch as rows end; without it a batch of
 scored pairs ran every short response as many steps as its longest one, and ESIM reranked
 slower than PyTorch in float32 (docs/benchmarks.md). Two scans rather than one over both
@@ -41,9 +41,12 @@ def _sigmoid(x: jax.Array) -> jax.Array:
 
 
 def prefix_sizes(batch: int) -> list[int]:
-  """The row counts an eval-mode step may compute, largest first: the batch, the multiples
-  of 8 below it, then 4, 2, 1 (64 -> 64, 56, ..., 8, 4, 2, 1; 52 -> 52, 48, ..., 1)."""
-  return [batch] + [s for s in range((batch - 1) // 8 * 8, 0, -8)] + [s for s in (4, 2, 1) if s < batch]
+  """The row counts an eval-mode step may compute, largest first: the batch, then the
+  powers of two below it down to 8 (64 -> 64, 32, 16, 8; 52 -> 52, 32, 16, 8; 8 -> 8).
+  Fewer rows than 8 cost a step about what 8 do, and every size is a `lax.switch` branch
+  of its own, compiled into every scan: more of them filled the process's memory maps
+  (Linux's 65,530) when a long evaluation compiled scorers for many padded widths."""
+  return [batch] + [1 << k for k in reversed(range(3, max(batch - 1, 0).bit_length()))]
 
 
 class BiLSTM(nnx.Module):
