@@ -184,8 +184,13 @@ def test_each_distinct_history_encoded_once_scores_as_every_pair_with_its_own(tm
   scorer = rerank.PairScorer(built.model, inputs)
   own = rerank.PairScorer(built.model, models.PairInputs(inputs.encode, lengths=inputs.lengths))
   # 50 pairs in chunks of 16: the last chunk is filled with copies of its first pair.
-  np.testing.assert_allclose(scorer.margins(histories, responses, batch_size=16),
-                             own.margins(histories, responses, batch_size=16), atol=1e-5)
+  want = own.margins(histories, responses, batch_size=16)
+  np.testing.assert_allclose(scorer.margins(histories, responses, batch_size=16), want, atol=1e-5)
+  # At most one compiled scorer kept: each new chunk shape drops the one before.
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(rerank, "MAX_COMPILED_SCORERS", 1)
+    np.testing.assert_allclose(own.margins(histories, responses, batch_size=8), want, atol=1e-5)
+    assert rerank._margins._cache_size() == 1  # pylint: disable=protected-access
 
 
 def test_cross_encoder_trains_and_exports(tiny_bert_dir, tmp_path):
