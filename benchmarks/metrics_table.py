@@ -8,7 +8,8 @@
 Each row is `label=workdir`, or several workdirs joined by `+` whose metrics.json are
 merged (later ones win); a workdir without metrics.json is an error naming it, a metric a
 row lacks a blank cell. Values as the table's readers expect them: `*seconds` in minutes,
-`*mrr` and `*dstc7` as fractions, `*weight` as it is (3 digits), every other metric (recall, accuracy) in %. Column
+`*mrr` and `*dstc7` as fractions, `*silhouette` as it is (2 decimals, a cosine), `*weight` as it is
+(3 digits), every other metric (recall, accuracy) in %. Column
 headers are the metric names less the `--strip` prefix.
 """
 
@@ -26,6 +27,8 @@ def cell(metric: str, value: float | None) -> str:
     return f"{value / 60:.1f}"
   if metric.endswith(("mrr", "dstc7")):
     return f"{value:.3f}"
+  if metric.endswith("silhouette"):
+    return f"{value:.2f}"
   if metric.endswith("weight"):
     return f"{value:.3g}"
   return f"{100 * value:.1f}"
