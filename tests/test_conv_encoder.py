@@ -130,6 +130,7 @@ def test_stage1_trains_it_exports_and_stage2_starts_from_it(tmp_path):
   enc = conv_encoder.load(tmp_path / "s1")
   texts = ["does anyone know about grub here", "yes the grub docs explain it"]
   task2 = stage2.Stage2(stage2_config(tmp_path / "s1", tmp_path / "s2", steps=2), sharding.make_mesh())
+  assert (task2.config.train.labels_per_batch, task2.config.train.examples_per_label) == (16, 4)
   np.testing.assert_allclose(task2.encoder(task2.built.model).encode(texts), enc.encode(texts),
                              rtol=1e-6)
 

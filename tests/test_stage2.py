@@ -165,6 +165,8 @@ def test_dense_config_is_stage2_on_label_batches():
   from configs import stage2_dense  # pylint: disable=import-outside-toplevel
   c = stage2_dense.get_config()
   assert (c.train.sampler, c.train.loss, c.data.shots) == ("labels", "supcon", 10)
+  # 32 intents x 2 (docs/results.md: ahead of 16 x 4 on validation and test)
+  assert (c.train.labels_per_batch, c.train.examples_per_label) == (32, 2)
   assert c.workdir == "workdirs/stage2_dense/banking77_10shot_supcon_seed0"
   paper = stage2_config.get_config()
   assert (paper.train.sampler, paper.train.loss) == ("pairs", "ocl")  # stage2.py stays the paper's

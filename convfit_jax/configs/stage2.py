@@ -10,8 +10,9 @@ Arguments: dataset, shots, loss, sampler, seed, init_from, workdir and the flag 
 banking77, 10-shot, seed 0, ocl on the paper's pairs, n=3 negatives per side, batch 32
 pairs, max length 48, AdamW 2e-5 with 10% warm-up then linear decay, weight decay 0.01,
 d_o=512 tanh projection; 10/5/2 epochs for 10-shot/30-shot/full. `sampler=labels` trains
-on label batches instead (16 intents x 4 utterances, the same 64 sentences a step as 32
-pairs at most encode; epochs then count utterances, not pairs): `configs/stage2_dense.py`.
+on label batches instead (16 intents x 4 utterances here, the same 64 sentences a step as 32
+pairs at most encode; epochs then count utterances, not pairs); `configs/stage2_dense.py` is
+that with 32 intents x 2 and supervised contrast, its measured best.
 """
 
 from __future__ import annotations
