@@ -52,3 +52,34 @@ def test_pair_inputs_cut_the_context_from_the_left_and_the_response_from_the_rig
   assert short["ids"].shape == (1, 16) and short["mask"][0].sum() == 5
   with pytest.raises(ValueError, match="max_response=14"):
     cross_encoder.pair_inputs(built, _model_config(minilm_dir, max_length=16, max_response=14))
+
+
+@pytest.mark.parametrize("arch", ["mpnet", "roberta"])
+def test_logits_match_the_classification_heads_of_mpnet_and_roberta(arch, request):
+  """MPNet/RoBERTa have no pretrained pooler: their HF heads are dense + tanh on <s> and an
+  out_proj, which are our pooler and classifier once the same weights are copied in."""
+  torch = pytest.importorskip("torch")
+  import transformers
+  folder = request.getfixturevalue(f"tiny_{arch}_dir")
+  m = _model_config(folder, max_length=32, max_response=8)
+  built = cross_encoder.build(m, seed=0, train_texts=lambda: ())
+  head_class = {"mpnet": transformers.MPNetForSequenceClassification,
+                "roberta": transformers.RobertaForSequenceClassification}[arch]
+  ref = head_class.from_pretrained(str(folder), num_labels=2).eval()
+  with torch.no_grad():
+    for name, ours in (("dense", built.model.pooler), ("out_proj", built.model.classifier)):
+      getattr(ref.classifier, name).weight.copy_(torch.tensor(np.asarray(ours.kernel[...]).T))
+      getattr(ref.classifier, name).bias.copy_(torch.tensor(np.asarray(ours.bias[...])))
+  inputs = cross_encoder.pair_inputs(built, m)(
+      ["my card was declined __eou__ where is my refund", "set an alarm for seven"],
+      ["cancel my transfer please", "I lost my phone"])
+  ids, tok = inputs["ids"][0][inputs["mask"][0] == 1].tolist(), built.tokenizer
+  first_eos = ids.index(tok.eos_token_id)  # <s> context </s></s> response </s>
+  assert ids[0] == tok.bos_token_id and ids[first_eos + 1] == ids[-1] == tok.eos_token_id
+  assert not inputs["type_ids"].any()  # one token type in these templates
+  got = built.model(jnp.asarray(inputs["ids"]), jnp.asarray(inputs["mask"]),
+                    jnp.asarray(inputs["type_ids"]))
+  with torch.no_grad():
+    want = ref(input_ids=torch.tensor(inputs["ids"], dtype=torch.long),
+               attention_mask=torch.tensor(inputs["mask"], dtype=torch.long)).logits.numpy()
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
