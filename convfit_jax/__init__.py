@@ -10,7 +10,10 @@ from convfit_jax import cpu_flags
 
 cpu_flags.configure()  # before anything below starts JAX's backend
 
-from convfit_jax.encoder import Encoder  # pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+from convfit_jax.classifier import IntentClassifier
+from convfit_jax.encoder import Encoder
+from convfit_jax.fine_tune import fine_tune_stage1
+from convfit_jax.version import __version__
 
-__all__ = ["Encoder"]
-__version__ = "0.1.0"
+__all__ = ["Encoder", "IntentClassifier", "fine_tune_stage1", "__version__"]

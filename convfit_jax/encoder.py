@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 import jax
@@ -72,6 +73,7 @@ class Encoder:
     self.normalize = normalize
     self.hf_config = dict(hf_config or {"model_type": model.config.model_type})
     self._graphdef = nnx.graphdef(model)
+    self._warned_truncation = False
 
   @classmethod
   def from_pretrained(cls, name_or_path: str | os.PathLike, *, dtype=jnp.float32,
@@ -90,6 +92,11 @@ class Encoder:
   @property
   def dim(self) -> int:
     return self.model.dim
+
+  @property
+  def dtype(self) -> str:
+    """The compute dtype's name ("float32", "bfloat16"); parameters are float32."""
+    return jnp.dtype(self.model.transformer.embeddings.layer_norm.dtype or jnp.float32).name
 
   def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None,
              show_progress: bool | None = None) -> np.ndarray:
@@ -110,8 +117,10 @@ class Encoder:
     out = np.zeros((len(texts), self.dim), np.float32)
     if not texts:
       return out
-    enc = self.tokenizer(texts, truncation=True, max_length=self.max_length,
-                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+    tokenized = self.tokenizer(texts, truncation=True, max_length=self.max_length,
+                               return_attention_mask=False, return_token_type_ids=False)
+    enc = tokenized["input_ids"]
+    self._warn_truncation(tokenized, len(texts))
     lengths = np.fromiter((len(x) for x in enc), np.int64, len(enc))
     # One width for the whole input, the smallest bucket that holds its longest text;
     # first-fit decreasing over all texts leaves little of it unused.
@@ -136,6 +145,17 @@ class Encoder:
       for idx, emb in pending:
         out[idx] = np.asarray(emb[:len(idx)], np.float32)
     return out
+
+  def _warn_truncation(self, tokenized, n: int) -> None:
+    """Says once per encoder that texts were cut at max_length (fast tokenizers keep what
+    truncation removed as `overflowing`)."""
+    if self._warned_truncation or tokenized.encodings is None:
+      return
+    cut = sum(1 for e in tokenized.encodings if e.overflowing)
+    if cut:
+      self._warned_truncation = True
+      warnings.warn(f"{cut} of {n} texts are longer than max_length={self.max_length} tokens "
+                    "and were truncated (said once per encoder)", stacklevel=3)
 
   def save_pretrained(self, folder: str | os.PathLike) -> str:
     """Writes an HF + sentence-transformers folder (weights in float32)."""

@@ -31,6 +31,7 @@ TASKS = {
     "evaluate": "convfit_jax.tasks.evaluate:run",
     "hard_negatives": "convfit_jax.tasks.hard_negatives:run",
     "input_response": "convfit_jax.train.input_response:train_and_evaluate",
+    "predict": "convfit_jax.tasks.predict:run",
     "protocol": "convfit_jax.tasks.protocol:run",
     "rerank": "convfit_jax.train.rerank:train_and_evaluate",
     "retrieve_rerank": "convfit_jax.tasks.retrieve_rerank:run",

@@ -172,7 +172,8 @@ def test_oos_threshold_and_metrics():
   out = knn.apply_oos_threshold(preds, top1, t, oos)
   assert out.tolist() == [1, 2, 5, oos, oos, oos, oos]
   m = knn.oos_metrics(out, labels, oos)
-  assert m == {"in_scope_accuracy": 0.5, "oos_recall": 1.0}
+  # Four rejected, three of them out of scope.
+  assert m == {"in_scope_accuracy": 0.5, "oos_recall": 1.0, "oos_precision": 0.75}
   for cut in [-np.inf, 0.25, 0.35, 0.5, 0.75, 0.85, np.inf]:
     alt = knn.oos_metrics(knn.apply_oos_threshold(preds, top1, cut, oos), labels, oos)
     assert alt["in_scope_accuracy"] + alt["oos_recall"] < 1.5 or cut == 0.75

@@ -217,5 +217,6 @@ def train_config(**values: Any) -> ml_collections.ConfigDict:
   t.log_every = 20  # steps per logged window (train/loss is the window's mean)
   t.checkpoint_every = 500
   t.keep_checkpoints = 2
+  t.progress = True  # the terminal's progress bar (IntentClassifier.fit(progress=False) hides it)
   t.update(values)
   return t

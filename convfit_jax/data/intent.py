@@ -87,6 +87,17 @@ class IntentData:
     return len(self.label_names)
 
 
+def from_lists(texts: Sequence[str], labels: Sequence, name: str = "memory") -> IntentData:
+  """In-memory examples as the `IntentData` that `load(name='csv', shots=0)` builds from a
+  file of the same rows: the sorted label vocabulary (labels kept as given, strings or
+  ints), train = pool = full_train = every row in order; no test or validation split."""
+  label_names = tuple(sorted(set(labels)))
+  vocab = {l: i for i, l in enumerate(label_names)}
+  rows = IntentSplit(tuple(texts), np.asarray([vocab[l] for l in labels], np.int32))
+  empty = IntentSplit((), np.zeros(0, np.int32))
+  return IntentData(name, label_names, rows, rows, empty, None, rows)
+
+
 def unknown_dataset_error(name: str) -> ValueError:
   return ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}")
 

@@ -261,14 +261,17 @@ def explain(result: KNNResult, i: int, pool_texts, pool_labels, label_names=None
 
 
 def oos_metrics(predictions, labels, oos_label: int) -> dict[str, float]:
-  """In-scope accuracy (over in-scope queries; a rejection counts as an error) and OOS
-  recall (share of out-of-scope queries predicted `oos_label`)."""
+  """In-scope accuracy (over in-scope queries; a rejection counts as an error), OOS
+  recall (share of out-of-scope queries predicted `oos_label`) and OOS precision (share of
+  the queries predicted `oos_label` that are out of scope; 0 when none is)."""
   predictions, labels = np.asarray(predictions), np.asarray(labels)
   in_scope = labels != oos_label
   if not in_scope.any() or in_scope.all():
     raise ValueError("need both in-scope and out-of-scope queries")
+  rejected = predictions == oos_label
   return {"in_scope_accuracy": float(np.mean(predictions[in_scope] == labels[in_scope])),
-          "oos_recall": float(np.mean(predictions[~in_scope] == oos_label))}
+          "oos_recall": float(np.mean(rejected[~in_scope])),
+          "oos_precision": float(np.mean(~in_scope[rejected])) if rejected.any() else 0.0}
 
 
 def choose_oos_threshold(top1_scores, predictions, labels, oos_label: int) -> float:

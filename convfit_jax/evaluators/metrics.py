@@ -138,3 +138,25 @@ def average_ranks(x) -> np.ndarray:
 def spearman(x, y) -> float:
   """Spearman's rho of two [n] arrays: Pearson's r of their average ranks."""
   return pearson(average_ranks(x), average_ranks(y))
+
+
+def expected_calibration_error(probs, y_true, bins: int = 15) -> float:
+  """ECE of predicted distributions (Guo et al. 2017): the top probabilities in `bins`
+  equal-width bins over [0, 1], the mean |accuracy - confidence| per bin weighted by its
+  share of the examples.
+
+  Args:
+    probs: [n, c] float, rows summing to 1.
+    y_true: [n] int class ids.
+  """
+  probs, y_true = np.asarray(probs, np.float64), np.asarray(y_true)
+  confidence = probs.max(axis=1)
+  correct = probs.argmax(axis=1) == y_true
+  # A confidence of exactly 1 falls in the last bin, not one past it.
+  which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+  total = 0.0
+  for b in range(bins):
+    inside = which == b
+    if inside.any():
+      total += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
+  return float(total)

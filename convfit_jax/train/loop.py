@@ -58,7 +58,8 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
         batch_rows: Callable[[Any], np.ndarray] | None = None,
         eval_due: Callable[[int], bool] | None = None,
         evaluate: Callable[[TrainState, int], Any] | None = None,
-        train_seconds: float = 0.0, examples_name: str = "pairs") -> tuple[TrainState, float]:
+        train_seconds: float = 0.0, examples_name: str = "pairs",
+        show_progress: bool = True) -> tuple[TrainState, float]:
   """Runs `step_fn` from `state.step` to `total_steps`; returns (state, seconds spent training).
 
   Args:
@@ -76,13 +77,14 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
     train_seconds: seconds already spent (a resumed run), added to; saved with each
       checkpoint as meta {"train_seconds": ...}.
     examples_name: what an example is ("pairs", "sentences"), naming that figure.
+    show_progress: the tqdm bar (process 0).
   Logged every window (TensorBoard and the progress bar): the window means of every
   output of `step_fn` (`train/loss`, `train/grad_norm`), the learning rate, examples/s
   (`train/<examples_name>_per_second`).
   Timed: data wait, steps and the window's read-back; checkpoints and evaluation are not.
   """
   start = int(jax.device_get(state.step))
-  bar = progress_bar(total_steps, initial=start)
+  bar = progress_bar(total_steps, initial=start, show=show_progress)
   sums, rows, first = None, [], start + 1
   tic = time.perf_counter()
   for step in range(start + 1, total_steps + 1):

@@ -16,7 +16,9 @@ Each step encodes the batch's distinct sentences once, packed several to a row
 that appears in several pairs of a batch costs one forward pass and padding costs nothing.
 
 The run itself (k-NN before, training with checkpoints, k-NN after, the model
-exported as an HF/sentence-transformers folder) is `train.trainer`'s.
+exported as an HF/sentence-transformers folder) is `train.trainer`'s; the export also
+writes `workdir/classifier/`, the saved `IntentClassifier` of the trained encoder and the
+run's k-NN pool (`saved_classifier`).
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from convfit_jax import losses, models, sharding
+from convfit_jax import losses, models, saved_classifier, sharding
 from convfit_jax.configs.stage2 import objective
 from convfit_jax.data import batching, intent, label_batches, pairs as pairs_lib
+from convfit_jax.encoder import Encoder
+from convfit_jax.evaluators import calibration
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.siamese import SiameseEncoder
 from convfit_jax.train import trainer
 from convfit_jax.train.train_state import TrainState, count_params
+from convfit_jax.version import __version__
 
 SAMPLERS = ("pairs", "labels")
 BATCH_KEYS = {
@@ -144,16 +149,17 @@ def check_train_config(t: ml_collections.ConfigDict) -> None:
 
 
 class Stage2:
-  """The Stage 2 `trainer.Task`: `config.data`'s intents, batches by `config.train.sampler`,
-  loss `config.train.loss`."""
+  """The Stage 2 `trainer.Task`: `config.data`'s intents (or `data`, in memory: what
+  `IntentClassifier.fit` passes), batches by `config.train.sampler`, loss `config.train.loss`."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh):
+  def __init__(self, config: ml_collections.ConfigDict, mesh, data: intent.IntentData | None = None):
     t = config.train
     check_train_config(t)
     self.config, self.mesh = config, mesh
     self.dense = t.sampler == "labels"
     self.title = f"Stage 2 ({objective(t)})"
-    data = intent.from_config(config.data)
+    data = intent.from_config(config.data) if data is None else data
+    self.data = data
     self.labels = data.train.labels
     self.built = models.get(config.model.name).build(
         config.model, seed=config.seed, classifier=t.loss == "smax",
@@ -236,7 +242,23 @@ class Stage2:
     return {"text": self.encoder(model)}
 
   def export(self, model: SiameseEncoder, folder: Path) -> None:
-    self.encoder(model).save_pretrained(folder)
+    """The encoder into `folder` (model/), and beside it classifier/: that encoder with the
+    run's k-NN pool, its temperature fitted by leave-one-out (Transformer encoders)."""
+    encoder = self.encoder(model)
+    encoder.save_pretrained(folder)
+    if not isinstance(encoder, Encoder):
+      return
+    pool, knn_block = self.data.pool, self.config.evals.get("knn", {})
+    embeddings = encoder.encode(pool.texts, normalize=True)
+    settings = saved_classifier.Settings(
+        labels=list(self.data.label_names), k=knn_block.get("k", 1),
+        vote=knn_block.get("vote", "majority"),
+        temperature=calibration.leave_one_out_temperature(embeddings, pool.labels,
+                                                          self.data.num_labels),
+        dtype=self.config.model.dtype, max_length=self.config.model.max_length)
+    saved_classifier.write(folder.parent / "classifier", encoder_dir=folder, settings=settings,
+                           pool_texts=pool.texts, pool_label_ids=pool.labels,
+                           embeddings=embeddings, version=__version__)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
     if "knn_accuracy" not in metrics:
@@ -246,12 +268,15 @@ class Stage2:
             f"after {metrics['knn_accuracy']:.4f}")
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Runs Stage 2 as `config` says; returns the metrics (also in workdir/metrics.json).
+def train_and_evaluate(config: ml_collections.ConfigDict, data: intent.IntentData | None = None
+                       ) -> dict[str, Any]:
+  """Runs Stage 2 as `config` says (on `data` instead of `config.data`'s set when given);
+  returns the metrics (also in workdir/metrics.json).
 
   metrics.json: knn_accuracy, knn_accuracy_before, macro_f1, silhouette (and _before),
   mlp_accuracy (evals.knn.mlp), num_train, num_test, pairs_positive and pairs_negative
   (sampler pairs) or sentences_per_step (sampler labels), train_seconds, steps, estimated
   memory; dry_run stops after the counts.
   """
-  return trainer.train_and_evaluate(config, Stage2)
+  return trainer.train_and_evaluate(
+      config, Stage2 if data is None else functools.partial(Stage2, data=data))

@@ -198,7 +198,7 @@ def _run(config: ml_collections.ConfigDict, task_cls, workdir: Workdir) -> dict[
           batch_rows=task.batch_rows,
           eval_due=lambda step: any(b.every and step % b.every == 0 for _, b in evals.values()),
           evaluate=lambda state_, step: evaluate(state_.host_model(), "during", step),
-          train_seconds=meta.get("train_seconds", 0.0))
+          train_seconds=meta.get("train_seconds", 0.0), show_progress=t.get("progress", True))
     finally:
       batches.close()
   finally:

@@ -7,6 +7,7 @@ need no `if` of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging as py_logging
 import os
@@ -55,6 +56,7 @@ class Workdir:
     self.main = is_main_process()
     self._tb = None
     self._log_handler = None
+    self._root_level = py_logging.getLogger().level
     if self.main:
       self.path.mkdir(parents=True, exist_ok=True)
       self._log_handler = _log_to_file(self.path / "log.txt")
@@ -102,7 +104,9 @@ class Workdir:
       self._tb.close()
       self._tb = None
     if self._log_handler is not None:
-      py_logging.getLogger().removeHandler(self._log_handler)
+      root = py_logging.getLogger()
+      root.removeHandler(self._log_handler)
+      root.setLevel(self._root_level)
       self._log_handler.close()
       self._log_handler = None
 
@@ -119,10 +123,33 @@ def _log_to_file(path: Path) -> py_logging.Handler:
   return handler
 
 
-def progress_bar(total: int, initial: int = 0, desc: str = "train"):
-  """tqdm over steps, shown on process 0 only; `set_postfix(loss=, pairs_s=)` per window."""
+@contextlib.contextmanager
+def quiet_terminal():
+  """While inside: the terminal's log handlers show warnings and errors only (log.txt still
+  gets everything). A run started from Python (`IntentClassifier.fit`) is a library call,
+  not a command line: its INFO lines (orbax's included) belong in the workdir's log."""
+  root = py_logging.getLogger()
+  if not root.handlers:
+    # absl's first log call without app.run installs this handler; install it now so it
+    # is one of those quieted.
+    py_logging.basicConfig()
+  handlers = [h for h in root.handlers
+              if not isinstance(h, py_logging.FileHandler)]
+  levels = [h.level for h in handlers]
+  for h in handlers:
+    h.setLevel(max(h.level, py_logging.WARNING))
+  try:
+    yield
+  finally:
+    for h, level in zip(handlers, levels):
+      h.setLevel(level)
+
+
+def progress_bar(total: int, initial: int = 0, desc: str = "train", show: bool = True):
+  """tqdm over steps, shown on process 0 only (and when `show`); `set_postfix(loss=, pairs_s=)`
+  per window."""
   from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
-  return tqdm(total=total, initial=initial, desc=desc, disable=not is_main_process(),
+  return tqdm(total=total, initial=initial, desc=desc, disable=not (show and is_main_process()),
               dynamic_ncols=True, smoothing=0.1)
 
 
