@@ -43,10 +43,9 @@ from convfit_jax import saved_classifier
 from convfit_jax.configs import common, stage2 as stage2_config, stage2_dense
 from convfit_jax.data import intent
 from convfit_jax.encoder import Encoder
-from convfit_jax.evaluators import calibration, knn, metrics
+from convfit_jax.evaluators import calibration, knn
 from convfit_jax.saved_classifier import SavedClassifierError, Settings
 from convfit_jax.tokenization import check_texts
-from convfit_jax.train import stage2, workdir as workdir_lib
 from convfit_jax.version import __version__
 
 __all__ = ["IntentClassifier", "SavedClassifierError"]
@@ -265,6 +264,8 @@ class IntentClassifier:
         self._source = self.encoder.save_pretrained(run_dir / "init")
       config.model.init_from = self._source
       config.workdir = str(run_dir)
+      # The training stack (orbax, optax, scipy's users) loads only when fit is called.
+      from convfit_jax.train import stage2, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
       with workdir_lib.quiet_terminal():
         run = stage2.train_and_evaluate(config, data=data)
       trained = IntentClassifier.from_pretrained(run_dir / "classifier", dtype=self.encoder.dtype,
@@ -453,6 +454,8 @@ class IntentClassifier:
       rejection.
     """
     self._need_pool("evaluate")
+    # metrics imports scikit-learn (and it scipy): loaded when evaluating, not with the package.
+    from convfit_jax.evaluators import metrics  # pylint: disable=import-outside-toplevel
     texts = _check_texts(texts)
     labels = _check_labels(labels, len(texts))
     ids = self._label_ids(labels, "labels", oos_label)

@@ -21,10 +21,8 @@ from typing import Sequence
 import jax.numpy as jnp
 
 from convfit_jax.atomic_files import write_text
-from convfit_jax.configs import stage1 as stage1_config
 from convfit_jax.encoder import Encoder
 from convfit_jax.tokenization import check_texts
-from convfit_jax.train import stage1, workdir as workdir_lib
 
 PAIRS_FILE = "pairs.jsonl"
 
@@ -60,6 +58,9 @@ def fine_tune_stage1(model: str | os.PathLike | Encoder, contexts: Sequence[str]
     raise ValueError(f"{len(contexts)} pairs for batch_size={batch_size}: give at least a "
                      "batch (or a smaller batch_size; each pair's negatives are the batch's "
                      "other responses)")
+  # The training stack loads only when a run starts (`import convfit_jax` stays light).
+  from convfit_jax.configs import stage1 as stage1_config  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import stage1, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   owned = workdir is None
   run_dir = Path(tempfile.mkdtemp(prefix="convfit_stage1_") if owned else workdir).absolute()
   try:
