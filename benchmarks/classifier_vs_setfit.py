@@ -84,11 +84,15 @@ def worker_setfit(spec: dict) -> dict:
   from setfit import SetFitModel, Trainer, TrainingArguments  # pylint: disable=import-outside-toplevel
   model = SetFitModel.from_pretrained(_minilm())
   train = Dataset.from_dict({"text": spec["train_texts"], "label": spec["train_labels"]})
-  args = TrainingArguments(num_iterations=spec["num_iterations"], seed=spec["seed"])
-  trainer = Trainer(model=model, args=args, train_dataset=train)
-  tic = time.perf_counter()
-  trainer.train()
-  fit_s = time.perf_counter() - tic
+  # Its trainer saves checkpoints (~270 MB on MiniLM) under output_dir: a temporary one, not
+  # the repository.
+  with tempfile.TemporaryDirectory() as output_dir:
+    args = TrainingArguments(output_dir=output_dir, num_iterations=spec["num_iterations"],
+                             seed=spec["seed"])
+    trainer = Trainer(model=model, args=args, train_dataset=train)
+    tic = time.perf_counter()
+    trainer.train()
+    fit_s = time.perf_counter() - tic
   pred, per_s = _timed_predict(lambda t: model.predict(t), spec["test_texts"])
   acc = sum(p == y for p, y in zip(pred, spec["test_labels"])) / len(pred)
   # Pairs a step: batch 16. num_iterations=N draws N positive and N negative pairs per

@@ -45,7 +45,7 @@ from convfit_jax.data import intent
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators import calibration, knn
 from convfit_jax.saved_classifier import SavedClassifierError, Settings
-from convfit_jax.tokenization import check_texts
+from convfit_jax.tokenization import check_nonblank_texts
 from convfit_jax.version import __version__
 
 __all__ = ["IntentClassifier", "SavedClassifierError"]
@@ -53,18 +53,6 @@ __all__ = ["IntentClassifier", "SavedClassifierError"]
 # Max tokens per text when a plain encoder is loaded: the Stage 2 configs' (intent
 # utterances are short; a longer text is truncated, said once).
 DEFAULT_MAX_LENGTH = 48
-
-
-def _check_texts(texts: Sequence[str], what: str = "texts", allow_empty_list: bool = False
-                 ) -> list[str]:
-  """`texts` as a list of non-blank strings, else a one-line error naming the index."""
-  out = check_texts(texts, what)
-  if not out and not allow_empty_list:
-    raise ValueError(f"{what} is empty")
-  for i, t in enumerate(out):
-    if not t.strip():
-      raise ValueError(f"{what}[{i}] is empty or whitespace only")
-  return out
 
 
 def _check_labels(labels: Sequence, n: int, what: str = "labels") -> list:
@@ -82,7 +70,7 @@ def _pair(val, what: str) -> tuple[list[str], list]:
   """(texts, labels) given as a 2-tuple."""
   if not isinstance(val, (tuple, list)) or len(val) != 2:
     raise TypeError(f"{what}: expected (texts, labels)")
-  texts = _check_texts(val[0], f"{what} texts")
+  texts = check_nonblank_texts(val[0], f"{what} texts")
   return texts, _check_labels(val[1], len(texts), f"{what} labels")
 
 
@@ -227,7 +215,7 @@ class IntentClassifier:
     Returns:
       self (the run's figures in `history_`).
     """
-    texts = _check_texts(texts)
+    texts = check_nonblank_texts(texts)
     labels = _check_labels(labels, len(texts))
     counts = collections.Counter(labels)
     if len(counts) < 2:
@@ -347,7 +335,7 @@ class IntentClassifier:
     "neighbours": that many nearest pool examples [{"text", "label", "score"}], best first.
     `batch_size`: packed rows per encoder call."""
     self._need_pool("predict")
-    texts = _check_texts(texts, allow_empty_list=True)
+    texts = check_nonblank_texts(texts, allow_empty_list=True)
     q = self._encode(texts, batch_size)
     result = self._neighbours(q)
     near = self._nearest(q, explain) if explain > 0 else None
@@ -371,7 +359,7 @@ class IntentClassifier:
     """[n, num_intents] float32: each intent's best cosine to the text (the k-NN's
     evidence; columns in `labels` order)."""
     self._need_pool("scores")
-    return self._intent_scores(self._encode(_check_texts(texts, allow_empty_list=True),
+    return self._intent_scores(self._encode(check_nonblank_texts(texts, allow_empty_list=True),
                                             batch_size))
 
   def predict_proba(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
@@ -384,21 +372,23 @@ class IntentClassifier:
     self._need_pool("explain")
     if not isinstance(text, str):
       raise TypeError(f"explain takes one text (str), got {type(text).__name__}")
-    return self._nearest(self._encode(_check_texts([text], "text")), top)[0]
+    return self._nearest(self._encode(check_nonblank_texts([text], "text")), top)[0]
 
   # ---- the pool and out-of-scope rejection
 
   def add_examples(self, texts: Sequence[str], labels: Sequence) -> "IntentClassifier":
     """Adds labelled examples to the pool without retraining; a new label becomes a new
     intent (appended to `labels`)."""
-    texts = _check_texts(texts)
+    texts = check_nonblank_texts(texts)
     labels = _check_labels(labels, len(texts))
     if self.labels:
       saved_classifier.label_type(self.labels + labels)
+    index = {l: i for i, l in enumerate(self.labels)}
     for l in labels:
-      if l not in self.labels:
+      if l not in index:
+        index[l] = len(self.labels)
         self.labels.append(l)
-    ids = np.asarray([self.labels.index(l) for l in labels], np.int32)
+    ids = np.asarray([index[l] for l in labels], np.int32)
     self._set_pool(self.labels, self.pool_texts + texts,
                    np.concatenate([self.pool_label_ids, ids]),
                    np.concatenate([self.pool_embeddings, self._encode(texts)]))
@@ -411,7 +401,7 @@ class IntentClassifier:
     (`knn.choose_oos_threshold`, the clinc150 evaluator's choice). `predict` then returns
     `reject_label` below it."""
     self._need_pool("calibrate_oos")
-    texts = _check_texts(texts)
+    texts = check_nonblank_texts(texts)
     labels = _check_labels(labels, len(texts))
     if oos_label in self.labels:
       raise ValueError(f"oos_label={oos_label!r} is one of the classifier's intents")
@@ -456,7 +446,7 @@ class IntentClassifier:
     self._need_pool("evaluate")
     # metrics imports scikit-learn (and it scipy): loaded when evaluating, not with the package.
     from convfit_jax.evaluators import metrics  # pylint: disable=import-outside-toplevel
-    texts = _check_texts(texts)
+    texts = check_nonblank_texts(texts)
     labels = _check_labels(labels, len(texts))
     ids = self._label_ids(labels, "labels", oos_label)
     q = self._encode(texts, batch_size)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from convfit_jax.atomic_files import write_text
 from convfit_jax.encoder import Encoder
-from convfit_jax.tokenization import check_texts
+from convfit_jax.tokenization import check_nonblank_texts
 
 PAIRS_FILE = "pairs.jsonl"
 
@@ -47,13 +47,10 @@ def fine_tune_stage1(model: str | os.PathLike | Encoder, contexts: Sequence[str]
   Returns:
     the fine-tuned context encoder (what the run exports as model/).
   """
-  contexts, responses = check_texts(contexts, "contexts"), check_texts(responses, "responses")
+  contexts = check_nonblank_texts(contexts, "contexts")
+  responses = check_nonblank_texts(responses, "responses")
   if len(contexts) != len(responses):
     raise ValueError(f"{len(contexts)} contexts and {len(responses)} responses: give pairs")
-  for what, texts in (("contexts", contexts), ("responses", responses)):
-    blank = next((i for i, t in enumerate(texts) if not t.strip()), None)
-    if blank is not None:
-      raise ValueError(f"{what}[{blank}] is empty or whitespace only")
   if len(contexts) < batch_size:
     raise ValueError(f"{len(contexts)} pairs for batch_size={batch_size}: give at least a "
                      "batch (or a smaller batch_size; each pair's negatives are the batch's "

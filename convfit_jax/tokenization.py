@@ -20,6 +20,19 @@ def check_texts(texts: Sequence[str], source: str = "texts") -> list[str]:
   return out
 
 
+def check_nonblank_texts(texts: Sequence[str], source: str = "texts",
+                         allow_empty_list: bool = False) -> list[str]:
+  """`check_texts`, and a ValueError naming the first empty or whitespace-only text (and an
+  empty sequence unless `allow_empty_list`): what training and classifying refuse."""
+  out = check_texts(texts, source)
+  if not out and not allow_empty_list:
+    raise ValueError(f"{source} is empty")
+  for i, t in enumerate(out):
+    if not t.strip():
+      raise ValueError(f"{source}[{i}] is empty or whitespace only")
+  return out
+
+
 def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
   """Tokenises with truncation at `max_length`, padded to `max_length`.
 

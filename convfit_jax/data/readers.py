@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterator, Sequence
 
 _FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
@@ -41,14 +41,19 @@ def file_format(path: str | os.PathLike, fmt: str | None = None) -> str:
 def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
   """(line number from 1, line without its end) of a UTF-8 file, streamed."""
   with open(path, "rb") as f:
-    for lineno, raw in enumerate(f, start=1):
-      try:
-        line = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        raise DataError(f"{path}:{lineno}: invalid UTF-8 at byte {e.start} of the line") from None
-      if lineno == 1:
-        line = line.removeprefix("\ufeff")
-      yield lineno, line.rstrip("\r\n")
+    yield from decoded_stream(f, str(path))
+
+
+def decoded_stream(f: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
+  """`decoded_lines` of an open binary stream (stdin too); errors name `where` and the line."""
+  for lineno, raw in enumerate(f, start=1):
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise DataError(f"{where}:{lineno}: invalid UTF-8 at byte {e.start} of the line") from None
+    if lineno == 1:
+      line = line.removeprefix("\ufeff")
+    yield lineno, line.rstrip("\r\n")
 
 
 def read_rows(path: str | os.PathLike, columns: Sequence[str], optional: Sequence[str] = (),

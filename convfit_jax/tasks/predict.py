@@ -12,7 +12,7 @@ import ml_collections
 
 from convfit_jax import saved_classifier
 from convfit_jax.classifier import IntentClassifier
-from convfit_jax.data.readers import DataError, decoded_lines
+from convfit_jax.data.readers import DataError, decoded_lines, decoded_stream
 
 CHUNK = 4096  # texts per predict call: large enough to fill every encoder call, bounded memory
 
@@ -20,14 +20,11 @@ CHUNK = 4096  # texts per predict call: large enough to fill every encoder call,
 def _lines(source: str) -> Iterator[tuple[str, int, str]]:
   """(where, line number, text) of every line of a file, or of stdin for "-"."""
   if source == "-":
-    for lineno, line in enumerate(sys.stdin.buffer, start=1):
-      try:
-        yield "<stdin>", lineno, line.decode("utf-8").rstrip("\r\n")
-      except UnicodeDecodeError as e:
-        raise DataError(f"<stdin>:{lineno}: invalid UTF-8 at byte {e.start} of the line") from None
+    where, lines = "<stdin>", decoded_stream(sys.stdin.buffer, "<stdin>")
   else:
-    for lineno, line in decoded_lines(Path(source)):
-      yield source, lineno, line
+    where, lines = source, decoded_lines(Path(source))
+  for lineno, line in lines:
+    yield where, lineno, line
 
 
 def classifier_folder(path: str) -> Path:
@@ -64,7 +61,8 @@ def _write(clf: IntentClassifier, lines, out: TextIO, config) -> int:
 def run(config: ml_collections.ConfigDict) -> int:
   """Predicts every line of `config.input` with `config.classifier`; returns the count."""
   if not config.classifier:
-    raise ValueError("predict needs --config.classifier=<saved classifier folder or Stage 2 workdir>")
+    raise ValueError("predict needs --config.classifier=<a saved classifier folder or a Stage 2 "
+                     "workdir>")
   folder = classifier_folder(config.classifier)
   if not folder.is_dir():
     raise FileNotFoundError(f"config.classifier: {folder} does not exist")
