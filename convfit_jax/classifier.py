@@ -138,6 +138,9 @@ class IntentClassifier:
                          "loading it")
       return cls(name_or_folder)
     folder = Path(name_or_folder)
+    restored = saved_classifier.recover(folder)
+    if restored:
+      warnings.warn(restored, stacklevel=2)
     if saved_classifier.is_saved_classifier(folder):
       loaded = saved_classifier.read(folder)
       s = loaded.settings
@@ -163,6 +166,21 @@ class IntentClassifier:
     self._need_pool("save_pretrained")
     path = saved_classifier.write(
         folder, write_encoder=self.encoder.save_pretrained, settings=self._settings(),
+        pool_texts=self.pool_texts, pool_label_ids=self.pool_label_ids,
+        embeddings=self.pool_embeddings, version=__version__)
+    return str(path)
+
+  def save_pool(self) -> str:
+    """Rewrites the saved classifier folder this one was loaded from with the current pool
+    and settings, atomically, linking its encoder files instead of writing the weights again:
+    how a server keeps `add_examples` across restarts at the cost of the pool alone."""
+    self._need_pool("save_pool")
+    if self._source is None or not saved_classifier.is_saved_classifier(self._source):
+      raise ValueError("save_pool rewrites the saved classifier folder this classifier was "
+                       f"loaded from; it was loaded from {self._source or 'an Encoder object'}"
+                       " (use save_pretrained)")
+    path = saved_classifier.write(
+        self._source, encoder_dir=self._source, settings=self._settings(),
         pool_texts=self.pool_texts, pool_label_ids=self.pool_label_ids,
         embeddings=self.pool_embeddings, version=__version__)
     return str(path)

@@ -10,7 +10,8 @@ padding and every vector equals the one the text gets alone, to float rounding.
 All rows of a call have the width of the smallest bucket (powers of two up to
 `max_length`, and `max_length`) that holds the longest text; row and sentence
 counts are powers of two, so XLA compiles a bounded number of shapes however many
-texts come in. Vectors come back in input order.
+texts come in. Vectors come back in input order. A server fixes the sentence count too
+(`compile`), so only widths x row counts remain, all compiled before the first request.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Encoder:
     self.hf_config = dict(hf_config or {"model_type": model.config.model_type})
     self._graphdef = nnx.graphdef(model)
     self._warned_truncation = False
+    self._slots: int | None = None  # fixed sentences per call (`compile`); None: by call
 
   @classmethod
   def from_pretrained(cls, name_or_path: str | os.PathLike, *, dtype=jnp.float32,
@@ -98,6 +100,26 @@ class Encoder:
     """The compute dtype's name ("float32", "bfloat16"); parameters are float32."""
     return jnp.dtype(self.model.transformer.embeddings.layer_norm.dtype or jnp.float32).name
 
+  def compile(self, slots: int, *, batch_size: int = 32, normalize: bool | None = None) -> int:
+    """Fixes every later call at `slots` sentences (at most that many texts per `encode`
+    call) and compiles each shape those calls can take (every width bucket x every row
+    count up to `batch_size`), so none is compiled while a caller waits. Returns the count."""
+    if slots < 1:
+      raise ValueError(f"slots must be >= 1, got {slots}")
+    normalize = self.normalize if normalize is None else normalize
+    self._slots = slots
+    state = nnx.state(self.model)
+    shapes = [(rows, width) for width in bucket_widths(self.max_length)
+              for rows in _powers_of_two(batch_size)]
+    for rows, width in shapes:
+      ids = np.zeros((rows, width), np.int32)
+      # One one-token sentence, so no row is all padding (its output is discarded anyway).
+      segments = ids.copy()
+      segments[:, 0] = 1
+      _embed(self._graphdef, normalize, state, ids, segments, ids, np.zeros((slots, 2), np.int32)
+             ).block_until_ready()
+    return len(shapes)
+
   def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool | None = None,
              show_progress: bool | None = None) -> np.ndarray:
     """Encodes texts.
@@ -113,6 +135,9 @@ class Encoder:
       [n, dim] float32, row i for texts[i].
     """
     texts = check_texts(texts)
+    if self._slots is not None and len(texts) > self._slots:
+      raise ValueError(f"{len(texts)} texts in one call; this encoder was compiled for at most "
+                       f"{self._slots} (Encoder.compile)")
     normalize = self.normalize if normalize is None else normalize
     out = np.zeros((len(texts), self.dim), np.float32)
     if not texts:
@@ -136,7 +161,8 @@ class Encoder:
         rows = bucket(int(where[:, 0].max()) + 1, row_counts)
         batch = packing.fill([enc[i] for i in idx], where, rows, width)
         # Unused slots pool row 0's padding (a zero vector) and are dropped.
-        slots = np.zeros((bucket(len(idx), _powers_of_two(rows * width)), 2), np.int32)
+        slots = np.zeros((self._slots or bucket(len(idx), _powers_of_two(rows * width)), 2),
+                         np.int32)
         slots[:len(idx)] = batch.slots
         # Dispatch is asynchronous: the host packs the next call while this one runs.
         pending.append((idx, _embed(self._graphdef, normalize, state, batch.input_ids,

@@ -35,6 +35,7 @@ TASKS = {
     "protocol": "convfit_jax.tasks.protocol:run",
     "rerank": "convfit_jax.train.rerank:train_and_evaluate",
     "retrieve_rerank": "convfit_jax.tasks.retrieve_rerank:run",
+    "serve": "convfit_jax.tasks.serve:run",
     "stage1": "convfit_jax.train.stage1:train_and_evaluate",
     "stage2": "convfit_jax.train.stage2:train_and_evaluate",
 }

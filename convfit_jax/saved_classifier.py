@@ -36,6 +36,7 @@ SETTINGS_FILE = "classifier.json"
 POOL_FILE = "pool.jsonl"
 EMBEDDINGS_FILE = "pool_embeddings.npy"
 _LABEL_TYPES = {"str": str, "int": int}
+_CLASSIFIER_FILES = (SETTINGS_FILE, POOL_FILE, EMBEDDINGS_FILE)
 
 
 class SavedClassifierError(ValueError):
@@ -90,9 +91,13 @@ def _sha256(path: Path) -> str:
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
-  """The files of folder `src` under `dst`, hard-linked where the filesystem allows (a Stage 2
-  run's model/ and classifier/ then share one copy of the weights)."""
+  """The encoder files of folder `src` under `dst`, hard-linked where the filesystem allows
+  (a Stage 2 run's model/ and classifier/ then share one copy of the weights). A saved
+  classifier's own files are left out: they are written anew, and writing through a link
+  would change the folder being replaced."""
   for path in sorted(src.rglob("*")):
+    if path.parent == src and path.name in _CLASSIFIER_FILES:
+      continue
     target = dst / path.relative_to(src)
     if path.is_dir():
       target.mkdir(parents=True, exist_ok=True)
@@ -155,6 +160,23 @@ def write(folder: str | os.PathLike, *, write_encoder: Callable[[Path], Any] | N
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
   return folder
+
+
+def recover(folder: str | os.PathLike) -> str | None:
+  """Puts back a folder that a killed `write` left aside between its two renames (the
+  folder moved to .<name>.old-<pid>, the new one complete as .<name>.tmp-<pid>): the new
+  one if its settings file, written last, is there, else the old. Returns what it did
+  (None: nothing to do)."""
+  folder = Path(folder).absolute()
+  if folder.exists() or not folder.parent.is_dir():
+    return None
+  done = [p for p in folder.parent.glob(f".{folder.name}.tmp-*") if (p / SETTINGS_FILE).is_file()]
+  old = sorted(folder.parent.glob(f".{folder.name}.old-*"))
+  if not (done or old):
+    return None
+  source = done[0] if done else old[0]
+  source.rename(folder)
+  return f"{folder}: restored from {source.name}, which an interrupted save left"
 
 
 @dataclasses.dataclass
