@@ -60,6 +60,9 @@ class KNNResult(NamedTuple):
   scores: np.ndarray
 
 
+# jit: outside one, the scan is traced and compiled again on every call (normalize's). Only
+# the sum: a jit around normalize's rsqrt and product would fuse them shape by shape.
+@jax.jit
 def _ordered_dot(a: jax.Array, b: jax.Array) -> jax.Array:
   """sum_t a[..., t] * b[..., t], added in one fixed sequential order: [..., d] -> [...] float32.
 

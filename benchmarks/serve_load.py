@@ -1,0 +1,276 @@
+"""The HTTP service under load: concurrent single-utterance clients against `encode`.
+
+Run by hand from the repository root, on an idle machine:
+
+  python benchmarks/serve_load.py [--model <saved classifier folder>] [--clients 1 8 32 128]
+      [--requests 3080] [--json benchmarks/results/serve_load.json]
+  python benchmarks/serve_load.py --table benchmarks/results/serve_load.json
+
+Without --model the classifier is all-MiniLM-L6-v2 (float32, max length 48) with banking77's
+10-shot sample (seed 0) as its pool, built with `add_examples`: serving costs what it costs
+whatever Stage 2 did to the weights. The server is the command line
+(`configs/serve.py`) in its own process; this process is the client (httpx, asyncio), on
+the same CPU, so the client's own work is inside every figure.
+
+Measured:
+- encode: `clf.encoder.encode` on banking77's 3,080 test utterances in this process before
+  any server starts, median of 3 warm passes: the sentences/s the service is held to.
+- per number of clients, batching on and off: `--requests` requests of one utterance each
+  (banking77 test, in order, cycled), each client sending its next when the last returns:
+  requests/s over the whole run, latency p50/p95/p99, errors (non-200 or transport), and
+  whether every prediction equals `IntentClassifier.predict_details` of the same text in
+  this process (label, and score within 1e-5).
+- faults, against a server with updates on (a copy of the folder): clients that disconnect
+  mid-body and right after sending, a burst of bad requests among good ones (every good one
+  must answer 200, every bad one 4xx), and the server killed (SIGKILL) while /examples
+  requests stream in, then restarted: every example it acknowledged must be in its pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class Server:
+  """The serve command line on a free loopback port."""
+
+  def __init__(self, folder: Path, *extra: str):
+    self.port = _free_port()
+    self.url = f"http://127.0.0.1:{self.port}"
+    self.log = tempfile.TemporaryFile("w+")
+    self.proc = subprocess.Popen(
+        [sys.executable, "-m", "convfit_jax.main",
+         f"--config=configs/serve.py:model={folder},port={self.port}", *extra],
+        cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+    start = time.monotonic()
+    while True:
+      if self.proc.poll() is not None:
+        self.log.seek(0)
+        raise RuntimeError(f"the server exited: {self.log.read()[-3000:]}")
+      try:
+        if httpx.get(self.url + "/health").status_code == 200:
+          break
+      except httpx.TransportError:
+        pass
+      time.sleep(0.2)
+    self.ready_s = time.monotonic() - start
+
+  def kill(self) -> None:
+    self.proc.send_signal(signal.SIGKILL)
+    self.proc.wait()
+
+  def stop(self) -> None:
+    self.proc.terminate()
+    self.proc.wait(timeout=60)
+
+
+async def _load(url: str, texts: list[str], clients: int, count: int) -> dict:
+  """`count` single-text requests from `clients` concurrent clients."""
+  latencies, answers, errors = [], [None] * count, 0
+  next_index = iter(range(count))
+  limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+  async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+
+    async def one_client():
+      nonlocal errors
+      for i in next_index:
+        start = time.perf_counter()
+        try:
+          r = await client.post("/predict", json={"texts": [texts[i % len(texts)]]})
+          ok = r.status_code == 200
+        except httpx.TransportError:
+          ok = False
+        latencies.append(time.perf_counter() - start)
+        if ok:
+          answers[i] = r.json()["predictions"][0]
+        else:
+          errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    wall = time.perf_counter() - start
+  ms = np.asarray(latencies) * 1000
+  return {"clients": clients, "requests": count, "requests_per_s": count / wall,
+          "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+          "p99_ms": float(np.percentile(ms, 99)), "errors": errors, "answers": answers}
+
+
+def _equal(answers: list, expected: list) -> int:
+  """How many answers differ from the Python API's (label, or score beyond 1e-5)."""
+  return sum(a is None or a["label"] != e["label"] or abs(a["score"] - e["score"]) > 1e-5
+             for a, e in zip(answers, expected))
+
+
+def _raw(port: int, data: bytes) -> None:
+  """Sends `data` on a fresh connection and closes it without reading the answer."""
+  with socket.create_connection(("127.0.0.1", port)) as s:
+    s.sendall(data)
+
+
+async def _faults(folder: Path, texts: list[str], labels: list) -> dict:
+  updates = Path(tempfile.mkdtemp(prefix="serve_faults_")) / "clf"
+  shutil.copytree(folder, updates)
+  server = Server(updates, "--config.allow_updates=True")
+  out = {}
+  try:
+    good = json.dumps({"texts": texts[:1]}).encode()
+    head = (f"POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(good)}\r\n\r\n").encode()
+    for _ in range(20):
+      _raw(server.port, head + good[:len(good) // 2])  # gone mid-body
+      _raw(server.port, head + good)  # gone before the answer
+    bad = [b"{", b"[1]", b'{"texts": 3}', b'{"texts": []}', b'{"texts": [1]}',
+           json.dumps({"texts": ["x"] * 1000}).encode(), b"x" * (2 << 20)]
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+      calls = []
+      for i in range(200):
+        calls.append(client.post("/predict", json={"texts": [texts[i]]}))
+        calls.append(client.post("/predict", content=bad[i % len(bad)]))
+      got = await asyncio.gather(*calls, return_exceptions=True)
+    good_ok = sum(isinstance(r, httpx.Response) and r.status_code == 200 for r in got[0::2])
+    bad_4xx = sum(isinstance(r, httpx.Response) and 400 <= r.status_code < 500
+                  for r in got[1::2])
+    out.update(disconnects=40, good=200, good_ok=good_ok, bad=200, bad_4xx=bad_4xx,
+               health_after=httpx.get(server.url + "/health").status_code)
+
+    # Examples stream in; the server is killed while they do.
+    acked = []
+
+    async def stream():
+      async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        for i in range(10_000):
+          text = f"{texts[i % len(texts)]} (example {i})"
+          try:
+            r = await client.post("/examples", json={"texts": [text], "labels": [labels[i % 3]]})
+          except httpx.TransportError:
+            return
+          if r.status_code == 200:
+            acked.append(text)
+
+    task = asyncio.create_task(stream())
+    await asyncio.sleep(8)
+    server.kill()
+    await task
+    server = Server(updates)
+    pool = set()
+    for line in (updates / "pool.jsonl").read_text(encoding="utf-8").splitlines():
+      pool.add(json.loads(line)["text"])
+    out.update(examples_acknowledged=len(acked), examples_lost=sum(t not in pool for t in acked),
+               pool_after_restart=httpx.get(server.url + "/info").json()["pool_size"])
+  finally:
+    server.stop()
+    shutil.rmtree(updates.parent, ignore_errors=True)
+  return out
+
+
+def _build(folder: Path):
+  from convfit_jax import IntentClassifier  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data import intent  # pylint: disable=import-outside-toplevel
+  data = intent.load("banking77", shots=10, seed=0)
+  clf = IntentClassifier.from_pretrained("sentence-transformers/all-MiniLM-L6-v2")
+  clf.add_examples(data.train.texts, [data.label_names[i] for i in data.train.labels])
+  clf.save_pretrained(folder)
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--model", type=Path)
+  p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
+  p.add_argument("--requests", type=int, default=3080)
+  p.add_argument("--json", type=Path)
+  p.add_argument("--table", type=Path, help="print the table of a results file and exit")
+  args = p.parse_args()
+  if args.table:
+    print(table(json.loads(args.table.read_text())))
+    return
+  from convfit_jax import IntentClassifier  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data import intent  # pylint: disable=import-outside-toplevel
+  work = Path(tempfile.mkdtemp(prefix="serve_load_"))
+  try:
+    folder = args.model
+    if folder is None:
+      folder = work / "clf"
+      _build(folder)
+    clf = IntentClassifier.from_pretrained(folder)
+    test = intent.load("banking77", shots=10, seed=0).test
+    texts = list(test.texts)
+    clf.encoder.encode(texts[:256])
+    passes = []
+    for _ in range(3):
+      start = time.perf_counter()
+      clf.encoder.encode(texts)
+      passes.append(time.perf_counter() - start)
+    encode_per_s = len(texts) / statistics.median(passes)
+    expected = clf.predict_details(texts)
+    n = args.requests
+    cycled = [expected[i % len(texts)] for i in range(n)]
+    results = {"machine": f"{platform.processor() or platform.machine()}, "
+                          f"{__import__('os').cpu_count()} CPUs",
+               "model": str(args.model or "all-MiniLM-L6-v2, banking77 10-shot pool"),
+               "encode_sentences_per_s": encode_per_s, "runs": []}
+    print(f"encode: {encode_per_s:.0f} sentences/s", flush=True)
+    for batching in (True, False):
+      server = Server(folder, f"--config.batching={batching}")
+      try:
+        for clients in args.clients:
+          r = asyncio.run(_load(server.url, texts, clients, n))
+          r["differ"] = _equal(r.pop("answers"), cycled)
+          r.update(batching=batching, ready_s=server.ready_s,
+                   of_encode=r["requests_per_s"] / encode_per_s)
+          results["runs"].append(r)
+          print(json.dumps(r), flush=True)
+      finally:
+        server.stop()
+    labels = sorted(set(clf.labels))[:3]
+    results["faults"] = asyncio.run(_faults(folder, texts, labels))
+    print(json.dumps(results["faults"]), flush=True)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  if args.json:
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1) + "\n")
+  print(table(results))
+
+
+def table(results: dict) -> str:
+  rows = ["| batching | clients | requests/s | x encode | p50 ms | p95 ms | p99 ms | errors | "
+          "predictions differing from the Python API |", "|---|---|---|---|---|---|---|---|---|"]
+  for r in results["runs"]:
+    rows.append(f"| {'on' if r['batching'] else 'off'} | {r['clients']} | "
+                f"{r['requests_per_s']:.0f} | {r['of_encode']:.2f} | {r['p50_ms']:.1f} | "
+                f"{r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} | "
+                f"{r['differ']} of {r['requests']} |")
+  f = results["faults"]
+  return "\n".join(rows + [
+      "", f"encode: {results['encode_sentences_per_s']:.0f} sentences/s ({results['machine']})",
+      f"faults: {f['disconnects']} dropped connections; good requests answered "
+      f"{f['good_ok']}/{f['good']}, bad ones 4xx {f['bad_4xx']}/{f['bad']}, /health after "
+      f"{f['health_after']}; killed during /examples: {f['examples_acknowledged']} "
+      f"acknowledged, {f['examples_lost']} lost, pool after restart {f['pool_after_restart']}"])
+
+
+if __name__ == "__main__":
+  main()
