@@ -128,6 +128,27 @@ def test_pool_is_configured_separately():
   assert len(full.pool) == 10003
 
 
+def test_an_intent_subset_is_seeded_and_cuts_every_split():
+  data = intent.load("clinc150", shots=10, seed=1, intents=5, include_oos=False)
+  assert len(data.label_names) == 5 and list(data.label_names) == sorted(data.label_names)
+  assert data.label_names == intent.load("clinc150", shots=10, seed=1, intents=5,
+                                         include_oos=False).label_names
+  assert data.label_names != intent.load("clinc150", shots=10, seed=2, intents=5,
+                                         include_oos=False).label_names
+  everything = intent.load("clinc150", include_oos=False)
+  kept = lambda split: sum(everything.label_names[l] in data.label_names for l in split.labels)
+  assert len(data.train) == 50 and len(data.test) == kept(everything.test) == 150
+  assert len(data.val) == kept(everything.val) and len(data.full_train) == kept(everything.full_train)
+  assert set(data.test.labels.tolist()) == set(range(5))
+  # The few-shot rows of a kept intent do not depend on which others were kept.
+  full = intent.load("clinc150", shots=10, seed=1, include_oos=False)
+  name = data.label_names[0]
+  rows = lambda d: {t for t, l in zip(d.train.texts, d.train.labels) if d.label_names[l] == name}
+  assert rows(data) == rows(full)
+  with pytest.raises(ValueError, match="intents=151: the training data has 150 intents"):
+    intent.load("clinc150", intents=151, include_oos=False)
+
+
 def test_user_csv_tsv_jsonl_with_custom_columns():
   csv_data = intent.load("csv", train_file=FIXTURES / "intent_train.csv",
                                      test_file=FIXTURES / "intent_test.csv")

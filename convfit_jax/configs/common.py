@@ -91,6 +91,7 @@ def data_config(dataset: str = "banking77", shots: int = 10, seed: int = 0) -> m
   d.shots = shots  # examples per intent; 0 = all
   d.allow_fewer = False  # a label with fewer than `shots` examples is an error
   d.seed = seed  # few-shot sample and pair construction
+  d.intents = 0  # > 0: a seeded choice (data.seed) of this many intents, every split cut to them
   d.pool_shots = -1  # k-NN pool: -1 = the training examples, 0 = all train rows, N per label
   d.negatives = 3 if shots else 1  # n: negatives per side of each positive pair (Stage 2)
   d.max_pairs_per_label = 0  # cap positives per label (0 = none); full data grows quadratically

@@ -34,6 +34,7 @@ from convfit_jax.configs import common, stage2
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, "configs/protocol.py", datasets=("banking77", "clinc150", "hwu64"),
                        shots=(10, 30, 0), seeds=(0, 1, 2), losses=("ocl", "cos", "smax"),
+                       intents=(0,),
                        init_from=common.MINILM, workdir="workdirs/protocol", runlocal=False)
   c = ml_collections.ConfigDict()
   c.task = "protocol"
@@ -42,6 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.shots = a.shots  # 0 = full data
   c.seeds = a.seeds
   c.losses = a.losses
+  c.intents = a.intents  # > 0: a seeded subset of that many intents (data.intents; 0 = all)
   c.stage2 = stage2.get_config(f"init_from={a.init_from}")
   c.stage2.evals.knn.mlp = True  # the MLP baseline row (on the encoder before Stage 2)
   c.stage2.evals.knn.tsne = False

@@ -80,18 +80,23 @@ def parse_objective(name: str) -> tuple[str, str]:
 
 
 def run_name(c: ml_collections.ConfigDict, parent: str) -> str:
-  """parent/<dataset>_<shots>shot_<objective>_seed<seed>: one folder per protocol cell."""
-  return f"{parent}/{c.data.name}_{c.data.shots or 'full'}shot_{objective(c.train)}_seed{c.seed}"
+  """parent/<dataset>[_<n>intents]_<shots>shot_<objective>_seed<seed>: one folder per
+  protocol cell."""
+  subset = f"_{c.data.intents}intents" if c.data.get("intents") else ""
+  return (f"{parent}/{c.data.name}{subset}_{c.data.shots or 'full'}shot_{objective(c.train)}"
+          f"_seed{c.seed}")
 
 
 def cell(template: ml_collections.ConfigDict, *, dataset: str, shots: int, loss: str, seed: int,
-         parent: str, epochs: int | None = None) -> ml_collections.ConfigDict:
+         parent: str, intents: int = 0, epochs: int | None = None) -> ml_collections.ConfigDict:
   """The Stage 2 config of one cell of the paper's grid: `template` with the cell's
-  dataset, shots, objective (`loss`, as `objective` names it) and seed, and what the paper
+  dataset, shots, objective (`loss`, as `objective` names it), seed and intents (a seeded
+  subset of that many; 0 = all), and what the paper
   ties to them (negatives, and epochs unless `epochs` is given), in its own workdir under
   `parent`."""
   c = ml_collections.ConfigDict(template.to_dict())
   c.data.name, c.data.shots, c.data.seed, c.seed = dataset, shots, seed, seed
+  c.data.intents = intents
   c.data.negatives = 3 if shots else 1
   c.train.sampler, c.train.loss = parse_objective(loss)
   c.train.epochs = epochs or common.EPOCHS_BY_SHOTS.get(shots, 2)

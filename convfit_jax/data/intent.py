@@ -151,10 +151,25 @@ def dataset_dir(name: str, data_dir: str | os.PathLike | None = None,
   return downloads.download_builtin(name, cache_dir)
 
 
-def _encode(files: Sequence[LabelledFile], vocab: Mapping[str, int]) -> IntentSplit:
+def choose_intents(label_names: Sequence[str], intents: int, seed: int) -> tuple[str, ...]:
+  """`intents` of `label_names` drawn by `seed` (its own stream, apart from the few-shot
+  sample's), sorted; all of them when `intents` is 0."""
+  if intents == 0:
+    return tuple(label_names)
+  if not 0 < intents <= len(label_names):
+    raise ValueError(f"intents={intents}: the training data has {len(label_names)} intents")
+  rng = np.random.Generator(np.random.PCG64([seed, len(label_names), intents]))
+  return tuple(sorted(rng.choice(np.asarray(label_names, object), intents, replace=False)))
+
+
+def _encode(files: Sequence[LabelledFile], vocab: Mapping[str, int],
+            left_out: frozenset = frozenset()) -> IntentSplit:
+  """The rows of `files` as ids into `vocab`, skipping the intents in `left_out`."""
   texts, ids = [], []
   for lf in files:
     for text, label, line in zip(lf.texts, lf.labels, lf.lines):
+      if label in left_out:
+        continue
       if label not in vocab:
         raise DataError(f"{lf.path}:{line}: label {label!r} does not occur in the training data")
       texts.append(text)
@@ -169,7 +184,7 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
                      text_column: str = "text", label_column: str = "label",
                      shots: int = 0, seed: int = 0, pool_shots: int | None = None,
                      allow_fewer: bool = False, train_split: str = "train",
-                     include_oos: bool = True,
+                     include_oos: bool = True, intents: int = 0,
                      urls: Mapping[str, tuple[str, str]] | None = None,
                      cache_dir: str | os.PathLike | None = None) -> IntentData:
   """Loads an intent dataset with its few-shot training set and k-NN pool.
@@ -188,6 +203,8 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
     train_split: 'train' or 'train_minus_val' (banking77 and hwu64: DialoGLUE's
       train, disjoint from val).
     include_oos: clinc150 only: add its out-of-scope rows with label 'oos'.
+    intents: a seeded choice (`seed`) of this many of the training data's intents; every
+      split keeps only their rows, ids over the chosen ones (0 = every intent).
     urls: {file name: (url, sha256)} to download a built-in set from when no local copy exists.
     cache_dir: download cache (default ~/.cache/convfit_jax); banking77 and clinc150 are
       downloaded from their upstream files into it when no local copy exists (see
@@ -218,11 +235,13 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
       return [read_labelled_file(folder / f, warn_duplicates=not vendored) for f in files]
     train_files, test_files = read(train_split, train_file), read("test", test_file)
     val_files = read("val", val_file)
-  label_names = tuple(sorted({l for lf in train_files for l in lf.labels}))
+  every_label = tuple(sorted({l for lf in train_files for l in lf.labels}))
+  label_names = choose_intents(every_label, intents, seed)
   vocab = {l: i for i, l in enumerate(label_names)}
-  full_train = _encode(train_files, vocab)
-  test = _encode(test_files, vocab)
-  val = _encode(val_files, vocab) if val_files else None
+  left_out = frozenset(every_label) - set(label_names)
+  full_train = _encode(train_files, vocab, left_out)
+  test = _encode(test_files, vocab, left_out)
+  val = _encode(val_files, vocab, left_out) if val_files else None
   train_idx = sampling.few_shot_indices(full_train.texts, full_train.labels, label_names, shots, seed,
                                allow_fewer)
   train = full_train.subset(train_idx)
@@ -238,7 +257,7 @@ def from_config(config) -> IntentData:
   """`load` from a `config.data`-style mapping (ConfigDict or dict).
 
   Reads name, data_dir, train_file, test_file, val_file, text_column,
-  label_column, shots, seed, pool_shots, allow_fewer, train_split, include_oos;
+  label_column, shots, seed, pool_shots, allow_fewer, train_split, include_oos, intents;
   missing or empty ('' / None) fields take the defaults.
   """
   get = config.get
@@ -252,7 +271,7 @@ def from_config(config) -> IntentData:
     get("name"), text_column=get("text_column", "text"), label_column=get("label_column", "label"),
     shots=int(get("shots", 0)), seed=int(get("seed", 0)),
     allow_fewer=bool(get("allow_fewer", False)), train_split=get("train_split", "train") or "train",
-    include_oos=bool(get("include_oos", True)), **kwargs)
+    include_oos=bool(get("include_oos", True)), intents=int(get("intents", 0)), **kwargs)
 
 
 def for_evaluation(data_config, *, oos: bool = False) -> IntentData:

@@ -28,23 +28,26 @@ def _cell(values: list[float]) -> str:
 
 
 def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
-          losses: list[str], extra_pools=(), encoder: str = "") -> str:
-  """Markdown: rows = methods, columns = dataset x setting; accuracy in %, mean ± sd over seeds.
+          losses: list[str], extra_pools=(), encoder: str = "", intents: list[int] = (0,)) -> str:
+  """Markdown: rows = methods, columns = dataset x intents x setting; accuracy in %, mean ±
+  sd over seeds.
 
   `encoder`, when given, is named in the footnote as the encoder before Stage 2.
   """
   setting = lambda s: f"{s}-shot" if s else "full"
-  cols = [(d, s) for d in datasets for s in shots]
-  head = "| method | " + " | ".join(f"{d} {setting(s)}" for d, s in cols) + " |"
+  subset = lambda n: f" {n} intents" if n else ""
+  cols = [(d, n, s) for d in datasets for n in intents for s in shots]
+  head = "| method | " + " | ".join(f"{d}{subset(n)} {setting(s)}" for d, n, s in cols) + " |"
   lines = [head, "|" + "---|" * (len(cols) + 1)]
 
   def row(label, metric, loss=None):
     cells = []
-    for d, s in cols:
+    for d, n, s in cols:
       # Baselines do not depend on the loss: take them from the first loss's runs.
       lo = loss or losses[0]
       vals = [r[metric] for r in results
-              if r["dataset"] == d and r["shots"] == s and r["loss"] == lo and metric in r]
+              if (r["dataset"], r.get("intents", 0), r["shots"], r["loss"]) == (d, n, s, lo)
+              and metric in r]
       cells.append(_cell(vals))
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
@@ -57,7 +60,8 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
       row(f"ConvFiT Stage 2 ({loss}), k-NN, pool {f'{p}-shot' if p else 'full'}",
           f"knn_accuracy_pool{p or 'full'}", loss)
   seeds = sorted({r["seed"] for r in results})
-  sizes = ", ".join(f"{d} {n}" for d, n in sorted({(r["dataset"], r.get("num_test")) for r in results}))
+  sizes = ", ".join(f"{d}{subset(n)} {t}" for d, n, t in
+                    sorted({(r["dataset"], r.get("intents", 0), r.get("num_test")) for r in results}))
   lines.append("")
   lines.append(f"k-NN / MLP accuracy (%), mean ± sample sd over seeds {seeds}; test examples: {sizes}.")
   if encoder:
@@ -66,11 +70,11 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
 
 
 def run_cell(template: ml_collections.ConfigDict, parent: str, **cell: Any) -> dict[str, Any]:
-  """One cell of the grid (`stage2_config.cell`'s keywords: dataset, shots, loss, seed),
+  """One cell of the grid (`stage2_config.cell`'s keywords: dataset, shots, loss, seed, intents),
   trained and evaluated in its own workdir under `parent` (or read back if finished): its
   keys and numeric metrics."""
   metrics = stage2.train_and_evaluate(stage2_config.cell(template, parent=parent, **cell))
-  return {**{k: cell[k] for k in ("dataset", "shots", "loss", "seed")},
+  return {**{k: cell[k] for k in ("dataset", "shots", "loss", "seed", "intents")},
           **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
 
@@ -78,19 +82,22 @@ def run(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
   """Runs every cell of the grid (each resumable on its own); writes results.json and results.md."""
   datasets, shots, seeds, losses = (list(config.datasets), list(config.shots), list(config.seeds),
                                     list(config.losses))
-  if not (datasets and losses and shots and seeds):
-    raise ValueError("protocol: datasets, shots, seeds and losses each need at least one value")
+  intents = list(config.get("intents", (0,)))
+  if not (datasets and losses and shots and seeds and intents):
+    raise ValueError("protocol: datasets, shots, seeds, losses and intents each need at least "
+                     "one value")
   workdir = Workdir(config.workdir)
   try:
     workdir.write_config(config)
     results, markdown = [], ""
-    for dataset, s, loss, seed in itertools.product(datasets, shots, losses, seeds):
+    # Seeds outermost: an interrupted grid has every cell of its first seeds.
+    for seed, dataset, n, s, loss in itertools.product(seeds, datasets, intents, shots, losses):
       results.append(run_cell(config.stage2, str(config.workdir), dataset=dataset, shots=s,
-                              loss=loss, seed=seed))
+                              loss=loss, seed=seed, intents=n))
       # Written after every run, so a long protocol shows its progress.
       write_json(workdir.path / "results.json", results, sort_keys=True)
       markdown = table(results, datasets, shots, losses, config.stage2.evals.knn.extra_pools,
-                       config.stage2.model.init_from)
+                       config.stage2.model.init_from, intents)
       (workdir.path / "results.md").write_text(markdown, encoding="utf-8")
     summary(markdown.rstrip("\n"))
     return results
