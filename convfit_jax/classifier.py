@@ -219,7 +219,9 @@ class IntentClassifier:
         dense one (dense_ocl, dense_cos, dense_smax, dense_cl) or one on the paper's pairs
         (ocl, cl, cos, smax; `configs/stage2.py`).
       epochs: passes over the utterances (supcon, dense_*) or pairs; default by the
-        median examples per intent: 10 up to 10, 5 up to 30, 2 beyond.
+        median examples per intent: 10 up to 10, 5 up to 30, 2 beyond. On label batches
+        the run trains at least `min_steps` steps (100, the config's: a small set's few
+        epochs are few steps), as the command line does; `min_steps=0` lifts the floor.
       max_steps: stop after this many steps (the schedule follows).
       learning_rate: peak AdamW rate; default the config's (1e-4 supcon/dense, 2e-5 pairs).
       seed: initialisation, dropout and batch order.

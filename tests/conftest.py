@@ -11,11 +11,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pathlib
+import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+# The benchmark scripts import their shared `harness` as `python benchmarks/x.py` lets them.
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 # Small random architectures for parity tests: 2 layers, odd sizes catch transposes.
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,

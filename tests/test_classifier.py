@@ -132,6 +132,14 @@ def test_out_of_scope_threshold_rejects_below_it(fitted):
     clf.calibrate_oos(val_texts, TEST[1] + ["pin", "pin"], oos_label="pin")
 
 
+def test_fit_on_a_small_set_trains_the_floor_of_steps(tiny_bert_dir):
+  """3 intents in one batch: an epoch is a step; the floor (100 by default, as on the command
+  line) raises the epochs' steps."""
+  clf = IntentClassifier.from_pretrained(tiny_bert_dir)
+  assert clf._train_config(TRAIN[1], "supcon", None, None, None, 0, False, {}).train.min_steps == 100
+  assert clf.fit(*TRAIN, epochs=2, min_steps=5, progress=False).history_["steps"] == 5
+
+
 def test_fit_with_val_fits_temperature_and_reports_before_after(tiny_bert_dir):
   clf = IntentClassifier.from_pretrained(tiny_bert_dir).fit(
       *TRAIN, max_steps=2, progress=False, val=TEST)

@@ -123,3 +123,37 @@ def test_places_round_up_with_padding_that_weighs_nothing(table):
   for a, b in zip(plain, padded):
     assert b.weights.shape == (8,) and np.all(b.weights[6:] == 0)
     assert np.array_equal(a.sentence_ids, b.sentence_ids[:6]) and np.array_equal(a.weights, b.weights[:6])
+
+
+@pytest.mark.parametrize("intents, k_held, per_epoch", [(5, 10, 1), (7, 9, 2), (20, 3, 4)])
+def test_fewer_intents_than_a_batch_asks_for_fill_it_with_every_intent(table, intents, k_held,
+                                                                        per_epoch):
+  """32 x 2 asked of a 10-shot set of n < 32 intents: every batch holds every intent,
+  64 // n places each, an intent's utterances in near-equal groups (none alone)."""
+  labels = np.repeat(np.arange(intents), 10)
+  small = batching.SentenceTable(np.resize(table.input_ids, (len(labels), table.width)),
+                                 np.resize(table.attention_mask, (len(labels), table.width)))
+  assert lb.layout(labels, 32, 2) == lb.Layout(intents, k_held, True)
+  assert lb.label_steps_per_epoch(labels, 32, 2) == per_epoch
+  line = lb.summary(labels, 32, 2)
+  assert (f"all {intents} intents (fewer than labels_per_batch=32) x up to {k_held} utterances "
+          f"= up to {intents * k_held} sentences of the 64 asked") in line
+  assert f"{per_epoch} steps an epoch" in line
+  steps = 2 * per_epoch
+  rows = lb.label_batch_rows(small, labels, labels_per_batch=32, examples_per_label=2, seed=0,
+                             num_steps=steps)
+  batches = list(lb.label_batches(small, labels, labels_per_batch=32, examples_per_label=2,
+                                  rows=rows, num_steps=steps, process_index=0, process_count=1))
+  for epoch in range(2):
+    seen = []
+    for batch in batches[epoch * per_epoch:(epoch + 1) * per_epoch]:
+      real = batch.sentence_ids[batch.weights > 0]
+      assert sorted(set(labels[real])) == list(range(intents))  # every intent, every batch
+      assert min(np.bincount(labels[real])) >= 2  # a positive for each utterance
+      seen += real.tolist()
+    assert sorted(seen) == list(range(len(labels)))  # an epoch: every utterance once
+
+
+def test_enough_intents_keep_the_layout_asked():
+  assert lb.layout(LABELS, 3, 3) == lb.Layout(3, 3, False)
+  assert lb.layout(np.repeat(np.arange(32), 10), 32, 2) == lb.Layout(32, 2, False)

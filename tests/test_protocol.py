@@ -39,12 +39,15 @@ def test_protocol_runs_the_grid_and_writes_the_table(tiny_bert_dir, tmp_path):
   assert "test examples: banking77 40." in md
   assert any(l.startswith("| ConvFiT Stage 2 (ocl), k-NN, pool 5-shot |") for l in lines)
   assert any(l.startswith("| ConvFiT Stage 2 (supcon), k-NN |") for l in lines)
+  assert "| ConvFiT Stage 2 (ocl), training steps | 2 ± 0 |" in lines
+  assert any(l.startswith("| ConvFiT Stage 2 (supcon), training seconds | ") for l in lines)
 
 
 def test_table_layout_with_missing_cells():
   results = [{"dataset": "hwu64", "shots": 10, "loss": "cos", "seed": 0, "knn_accuracy": 0.5}]
   md = protocol.table(results, ["hwu64"], [10, 0], ["cos"])
   assert "| ConvFiT Stage 2 (cos), k-NN | 50.00 | – |" in md
+  assert "| ConvFiT Stage 2 (cos), training seconds | – | – |" in md
 
 
 def test_table_has_a_column_per_intent_subset():

@@ -15,7 +15,7 @@ from conftest import REPO
 from convfit_jax import losses
 from convfit_jax.configs import stage2 as stage2_settings
 from convfit_jax import Encoder
-from convfit_jax.train import loop, stage2
+from convfit_jax.train import loop, stage2, trainer
 
 STEPS = 8
 
@@ -173,6 +173,31 @@ def test_dense_config_is_stage2_on_label_batches():
   c = stage2_dense.get_config("dataset=clinc150,shots=0,loss=ocl,runlocal")
   assert (c.train.sampler, c.train.loss, c.train.max_steps) == ("labels", "ocl", 20)
   assert c.workdir.endswith("clinc150_fullshot_dense_ocl_seed0")
+
+
+def test_the_schedule_floor_raises_small_sets_and_max_steps_still_cuts():
+  from configs import stage2_dense  # pylint: disable=import-outside-toplevel
+  t = stage2_dense.get_config().train
+  assert (t.epochs, t.min_steps) == (10, 100)
+  # 7 intents x 10: 2 steps an epoch; banking77 10-shot: 13.
+  assert trainer.total_steps(2, t) == 100
+  assert trainer.schedule_summary(2, t) == "100 steps (train.min_steps; 10 epochs of 2 would be 20)"
+  assert trainer.total_steps(13, t) == 130 and trainer.schedule_summary(13, t) == "130 steps (10 epochs of 13)"
+  t.max_steps = 8
+  assert trainer.total_steps(2, t) == 8 and trainer.schedule_summary(2, t) == "8 steps (train.max_steps; 10 epochs of 2)"
+  assert stage2_config.get_config().train.min_steps == 0  # the paper's pairs: epochs only
+
+
+@pytest.mark.parametrize("dataset, steps", [("banking77", 130), ("hwu64", 100), ("clinc150", 240)])
+def test_the_floor_leaves_the_three_full_sets_as_they_were_measured(dataset, steps):
+  from configs import stage2_dense  # pylint: disable=import-outside-toplevel
+  from convfit_jax.data import intent, label_batches  # pylint: disable=import-outside-toplevel
+  c = stage2_dense.get_config(f"dataset={dataset}")
+  labels = intent.from_config(c.data).train.labels
+  t = c.train
+  assert label_batches.layout(labels, t.labels_per_batch, t.examples_per_label).even is False
+  per_epoch = label_batches.label_steps_per_epoch(labels, t.labels_per_batch, t.examples_per_label)
+  assert trainer.total_steps(per_epoch, t) == per_epoch * t.epochs == steps
 
 
 def test_config_arguments_and_typos():

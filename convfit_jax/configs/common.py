@@ -211,6 +211,7 @@ def train_config(**values: Any) -> ml_collections.ConfigDict:
   """The optimiser and loop settings both stages share, updated by `values`."""
   t = ml_collections.ConfigDict()
   t.max_steps = 0  # > 0: stop (and end the LR decay) after this many steps
+  t.min_steps = 0  # floor on the epochs' steps (a small set's few epochs still train enough)
   t.learning_rate = 2e-5
   t.warmup_fraction = 0.1
   t.weight_decay = 0.01  # not on biases and LayerNorm

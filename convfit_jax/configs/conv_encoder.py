@@ -150,7 +150,7 @@ def stage2_config(a: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c = stage2_dense.get_config(f"seed={a.seed},runlocal={a.runlocal}")
   c.model = model_config(a, "siamese")
   c.train.learning_rate = 1e-3  # a small model, trained through its convs and BatchNorms
-  # 16 x 4, the label batches its docs/results.md rows were measured on
+  # 16 x 4, the label batches its docs/experiments/recursive_conv.md rows were measured on
   c.train.labels_per_batch, c.train.examples_per_label = 16, 4
   if a.steps:
     c.train.max_steps = a.steps

@@ -22,6 +22,10 @@ stage2.train.labels_per_batch / examples_per_label), so the table puts both side
 
     python -m convfit_jax.main --config=configs/protocol.py:datasets=banking77,shots=10,losses=ocl+supcon+dense_ocl \\
         --config.stage2.train.max_steps=150 --config.stage2.train.learning_rate=1e-4
+
+`intents=5+10+20` adds small sets: each cell a seeded choice of that many intents (`data.intents`,
+drawn by the cell's seed), a column per size (docs/experiments/stage2_small_intent_sets.md). Seeds
+are the outer loop, so a grid cut short holds whole seeds.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.max_vocab = 0  # and at most this many ids (0 = no limit)
   # Unknown words hashed into this many ids of their own (0: all share one): a test nick
   # the training texts lack still matches itself in the history (`data.words`). Without
-  # them ESIM fits the training pairs and stays near chance on test (docs/results.md).
+  # them ESIM fits the training pairs and stays near chance on test (docs/experiments/response_selection.md).
   c.model.oov_buckets = 10_000
   # A finished run of this model (workdir) to go on from, its vocabulary and weights, e.g.
   # on retrieved negatives after random ones; "" = built from data.train. Sizes must match.

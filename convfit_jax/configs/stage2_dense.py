@@ -7,7 +7,11 @@
 utterances (64 sentences, what 32 of the paper's pairs encode at most) and the objective
 scores them all against each other; an epoch is one pass over the training utterances,
 10 / 5 / 2 epochs at 10-shot / 30-shot / full data as the paper's pair epochs (130 steps
-on banking77 10-shot, the README's quickstart budget). The objective is supervised
+on banking77 10-shot, the README's quickstart budget), and never fewer than 100 steps
+(`train.min_steps`): 10 epochs of a user's 7 intents x 10 examples are 20 steps, too few
+(docs/experiments/stage2_small_intent_sets.md); hwu64, banking77 and clinc150 10-shot train 100,
+130 and 240 steps, unchanged by the floor. A set with fewer intents than the 32 a batch
+asks for puts all of them in every batch, more utterances each (`label_batches.layout`). The objective is supervised
 contrast (`losses.supcon_loss`, scale 20), the most accurate of the dense objectives at 150
 steps in docs/results.md; `loss=` also takes ocl, cos, smax and cl, each over every pair of the
 batch (the protocol's dense_ocl, ...). 32 x 2 rather than `configs/stage2.py`'s 16 x 4: a
@@ -32,5 +36,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.sampler, c.train.loss = "labels", a.loss.removeprefix("dense_")
   c.train.learning_rate = 1e-4
   c.train.labels_per_batch, c.train.examples_per_label = 32, 2
+  c.train.min_steps = 100
   c.workdir = a.workdir or stage2.run_name(c, "workdirs/stage2_dense")
   return c

@@ -14,6 +14,13 @@ every batch holds P distinct intents, and with full, unbalanced data a frequent 
 can fill two groups of one batch, never a long run of batches. Consecutive P groups
 form a batch; the epoch's last batch is padded.
 
+A set with fewer intents than P (a user's 7 intents against P = 32) cannot put P intents
+in a batch. Its batches hold every intent instead (`layout`): P' = n groups of K' = P*K // n
+places (at least K, at most the largest intent's count), the step's P*K sentences kept;
+an intent's utterances are then cut into ceil(count / K') groups of near-equal size, so
+an epoch never ends an intent on a lone utterance with nothing to contrast it with
+(10 utterances at K' = 9: 5 + 5, not 9 + 1).
+
 Step s is batch s % steps_per_epoch of epoch s // steps_per_epoch, each epoch drawn
 from PCG64(seed, epoch): the same on every machine and process, and a run resumed at
 step k sees what an uninterrupted one sees. Each process keeps its contiguous slice of
@@ -57,8 +64,28 @@ class LabelBatch(NamedTuple):
   weights: np.ndarray
 
 
-def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: int) -> list[np.ndarray]:
-  """The groups of one epoch in order: [<= K] int64 table rows of one intent each."""
+class Layout(NamedTuple):
+  """What a batch holds (`layout`): `labels_per_batch` groups of up to `examples_per_label`
+  utterances; `even`: an intent's groups are of near-equal size (else K, the last shorter)."""
+  labels_per_batch: int
+  examples_per_label: int
+  even: bool
+
+
+def layout(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> Layout:
+  """P x K as asked when the set has at least P intents; with n < P intents, n groups of
+  P*K // n places (at least K, at most the largest intent's count), groups even."""
+  counts = np.unique(np.asarray(labels), return_counts=True)[1]
+  p, k = labels_per_batch, examples_per_label
+  if len(counts) >= p:
+    return Layout(p, k, False)
+  return Layout(len(counts), max(k, min(p * k // len(counts), int(counts.max()))), True)
+
+
+def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: int,
+                 even: bool = False) -> list[np.ndarray]:
+  """The groups of one epoch in order: [<= K] int64 table rows of one intent each; an
+  intent's ceil(count / K) groups are K each but the last, or near-equal when `even`."""
   labels = np.asarray(labels)
   k = examples_per_label
   rng = np.random.Generator(np.random.PCG64([seed, epoch]))
@@ -67,47 +94,54 @@ def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: 
     rows = np.flatnonzero(labels == label)
     rows = rows[rng.permutation(len(rows))]
     g = -(-len(rows) // k)
-    groups += [rows[i * k:(i + 1) * k] for i in range(g)]
+    groups += np.array_split(rows, g) if even else [rows[i * k:(i + 1) * k] for i in range(g)]
     keys.append((np.arange(g) + rng.random(g)) / g)
   order = np.argsort(np.concatenate(keys), kind="stable") if keys else []
   return [groups[i] for i in order]
 
 
 def groups_per_epoch(labels: np.ndarray, examples_per_label: int) -> int:
-  """Groups of K (the last of each intent shorter) in one epoch."""
+  """Groups of up to K utterances in one epoch."""
   counts = np.unique(np.asarray(labels), return_counts=True)[1]
   return int(np.sum(-(-counts // examples_per_label)))
 
 
 def label_steps_per_epoch(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> int:
-  return steps_per_epoch(groups_per_epoch(labels, examples_per_label), labels_per_batch)
+  p, k, _ = layout(labels, labels_per_batch, examples_per_label)
+  return steps_per_epoch(groups_per_epoch(labels, k), p)
 
 
 def summary(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> str:
-  """One line before training: the batch layout, and the intents that cannot fill K."""
+  """One line before training: what a batch holds, and the intents that cannot fill a group."""
   counts = np.unique(np.asarray(labels), return_counts=True)[1]
-  k = examples_per_label
+  p, k, even = layout(labels, labels_per_batch, examples_per_label)
+  groups = groups_per_epoch(labels, k)
+  per_epoch = f"{steps_per_epoch(groups, p):,} steps an epoch over {len(labels):,} utterances"
+  if even:
+    sizes = sorted({len(g) for c in counts for g in np.array_split(np.arange(c), -(-c // k))})
+    return (f"label batches: all {p} intents (fewer than labels_per_batch={labels_per_batch}) "
+            f"x up to {k} utterances = up to {p * k} sentences of the "
+            f"{labels_per_batch * examples_per_label} asked; each intent's utterances cut into near-equal groups (sizes "
+            f"{', '.join(map(str, sizes))}); {groups:,} groups, {per_epoch}")
   short = int(np.sum(counts % k != 0))
   fewer = int(np.sum(counts < k))
-  return (f"label batches: {labels_per_batch} intents x {k} utterances = "
-          f"{labels_per_batch * k} sentences; {groups_per_epoch(labels, k):,} groups, "
-          f"{label_steps_per_epoch(labels, labels_per_batch, k):,} steps an epoch over "
-          f"{len(labels):,} utterances; {short} of {len(counts)} intents end an epoch on a "
-          f"group of fewer than {k} ({fewer} have fewer than {k} in all)")
+  return (f"label batches: {p} intents x {k} utterances = {p * k} sentences; {groups:,} groups, "
+          f"{per_epoch}; {short} of {len(counts)} intents end an epoch on a group of fewer "
+          f"than {k} ({fewer} have fewer than {k} in all)")
 
 
 def _step_places(labels: np.ndarray, labels_per_batch: int, examples_per_label: int, seed: int,
                  start_step: int, num_steps: int | None, places: int
                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Per step from `start_step`: (sentence_ids [places] int32, weights [places] float32)."""
-  p, k = labels_per_batch, examples_per_label
-  per_epoch = label_steps_per_epoch(labels, p, k)
+  p, k, even = layout(labels, labels_per_batch, examples_per_label)
+  per_epoch = steps_per_epoch(groups_per_epoch(labels, k), p)
   epoch, groups = None, None
   step = start_step
   while num_steps is None or step < start_step + num_steps:
     if step // per_epoch != epoch:
       epoch = step // per_epoch
-      groups = epoch_groups(labels, k, seed, epoch)
+      groups = epoch_groups(labels, k, seed, epoch, even)
     batch = groups[(step % per_epoch) * p:(step % per_epoch + 1) * p]
     ids = np.full((places,), batch[0][0], np.int32)
     weights = np.zeros((places,), np.float32)
@@ -146,7 +180,8 @@ def label_batches(table: SentenceTable, labels: np.ndarray, *, labels_per_batch:
   Args:
     table: tokenised training sentences.
     labels: [len(table)] int intent id of each table row.
-    labels_per_batch, examples_per_label: P and K (K >= 2: a group needs a positive).
+    labels_per_batch, examples_per_label: P and K as asked (K >= 2: a group needs a
+      positive); `layout` says what a batch of this set holds.
     rows: packed rows per process (`label_batch_rows`).
     seed: the sampling seed.
     start_step, num_steps: the steps to produce (num_steps None: without end).

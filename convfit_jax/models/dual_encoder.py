@@ -8,18 +8,14 @@ top of the shared encoder (`config.model.name = "dual_encoder"`).
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import jax
 import ml_collections
-import numpy as np
 from flax import nnx
 
-from convfit_jax.evaluators.response_selection import BiEncoderScorer
 from convfit_jax import models
 from convfit_jax.models import Built
-from convfit_jax.models.heads import l2_normalize
 
 
 class _ResidualBlock(nnx.Module):
@@ -87,31 +83,6 @@ class DualEncoder(nnx.Module):
 
   def apply_response_ff(self, x: jax.Array) -> jax.Array:
     return x if self.response_ff is None else self.response_ff(x)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _response_ff(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.Array:
-  return nnx.merge(graphdef, state).apply_response_ff(x)
-
-
-def predictors(model: DualEncoder, text_encoder: Callable[[nnx.Module], Any]
-               ) -> tuple[Any, BiEncoderScorer]:
-  """What evaluators read from a (host, eval-mode) dual encoder: the context tower as a
-  `TextEncoder` (`text_encoder(tower)`, e.g. an `Encoder`) and a `BiEncoderScorer` of unit
-  context and response vectors, the responses through the response tower and feed-forward
-  network."""
-  contexts, responses = text_encoder(model.context), text_encoder(model.response_tower)
-  graphdef, state = nnx.split(model)
-
-  def embed_responses(texts, batch_size):
-    x = responses.encode(texts, batch_size=batch_size, normalize=False)
-    if model.response_ff is not None:
-      x = _response_ff(graphdef, state, x)
-    return np.asarray(l2_normalize(x))
-
-  return contexts, BiEncoderScorer(
-      lambda texts, batch_size: contexts.encode(texts, batch_size=batch_size, normalize=True),
-      embed_responses)
 
 
 def wrap(context: nnx.Module, m: ml_collections.ConfigDict, *, seed: int) -> DualEncoder:

@@ -201,11 +201,3 @@ def text_inputs(built: Built, max_length: int) -> Callable[[Sequence[str]], dict
     return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width]}
 
   return inputs
-
-
-def text_encoder(built: Built, model: SentenceEncoder, m):
-  """`model` as an `Encoder` (packed, fast) at `m.max_length`."""
-  # `encoder` imports this module, so the import waits until the call.
-  from convfit_jax.encoder import Encoder  # pylint: disable=import-outside-toplevel
-  return Encoder(model, built.tokenizer, max_length=m.max_length, normalize=built.normalize,
-                 hf_config=built.hf_config)

@@ -2,7 +2,7 @@
 
 A reranker trained on Lowe et al.'s 1:1 pairs meets one random response per context, easy
 to tell from the true one; reranking a retriever's top 100 asks it to tell the true
-response from the responses most like it, a kind of negative it never saw (docs/results.md:
+response from the responses most like it, a kind of negative it never saw (docs/experiments/response_selection.md:
 a cross-encoder trained on random negatives reordered a Stage 1 retriever's top 100 no
 better than the retriever had ranked them). Chen & Wang (2019) train the reranker on the
 candidates a retriever proposes. This task writes such training data:

@@ -18,13 +18,13 @@ _BASELINES = (("knn_accuracy_before", "k-NN, encoder before Stage 2"),
               ("mlp_accuracy_before", "MLP on frozen encodings before Stage 2"))
 
 
-def _cell(values: list[float]) -> str:
+def _cell(values: list[float], scale: float = 100, digits: int = 2) -> str:
   if not values:
     return "–"
-  mean = 100 * np.mean(values)
+  mean = scale * np.mean(values)
   if len(values) == 1:
-    return f"{mean:.2f}"
-  return f"{mean:.2f} ± {100 * np.std(values, ddof=1):.2f}"
+    return f"{mean:.{digits}f}"
+  return f"{mean:.{digits}f} ± {scale * np.std(values, ddof=1):.{digits}f}"
 
 
 def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
@@ -40,7 +40,7 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
   head = "| method | " + " | ".join(f"{d}{subset(n)} {setting(s)}" for d, n, s in cols) + " |"
   lines = [head, "|" + "---|" * (len(cols) + 1)]
 
-  def row(label, metric, loss=None):
+  def row(label, metric, loss=None, scale=100, digits=2):
     cells = []
     for d, n, s in cols:
       # Baselines do not depend on the loss: take them from the first loss's runs.
@@ -48,7 +48,7 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
       vals = [r[metric] for r in results
               if (r["dataset"], r.get("intents", 0), r["shots"], r["loss"]) == (d, n, s, lo)
               and metric in r]
-      cells.append(_cell(vals))
+      cells.append(_cell(vals, scale, digits))
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
   for metric, label in _BASELINES:
@@ -59,11 +59,16 @@ def table(results: list[dict[str, Any]], datasets: list[str], shots: list[int],
     for p in extra_pools:
       row(f"ConvFiT Stage 2 ({loss}), k-NN, pool {f'{p}-shot' if p else 'full'}",
           f"knn_accuracy_pool{p or 'full'}", loss)
+  for loss in losses:
+    row(f"ConvFiT Stage 2 ({loss}), training steps", "steps", loss, scale=1, digits=0)
+    row(f"ConvFiT Stage 2 ({loss}), training seconds", "train_seconds", loss, scale=1, digits=0)
   seeds = sorted({r["seed"] for r in results})
   sizes = ", ".join(f"{d}{subset(n)} {t}" for d, n, t in
                     sorted({(r["dataset"], r.get("intents", 0), r.get("num_test")) for r in results}))
   lines.append("")
-  lines.append(f"k-NN / MLP accuracy (%), mean ± sample sd over seeds {seeds}; test examples: {sizes}.")
+  lines.append(f"k-NN / MLP accuracy (%), mean ± sample sd over seeds {seeds}; test examples: "
+               f"{sizes}. Training seconds: the train loop's wall-clock (the first step's "
+               "compile in, checkpoint writes out).")
   if encoder:
     lines.append(f"Encoder before Stage 2: {encoder}.")
   return "\n".join(lines) + "\n"
@@ -73,6 +78,7 @@ def run_cell(template: ml_collections.ConfigDict, parent: str, **cell: Any) -> d
   """One cell of the grid (`stage2_config.cell`'s keywords: dataset, shots, loss, seed, intents),
   trained and evaluated in its own workdir under `parent` (or read back if finished): its
   keys and numeric metrics."""
+  cell.setdefault("intents", 0)  # the cell's own default: every intent of the set
   metrics = stage2.train_and_evaluate(stage2_config.cell(template, parent=parent, **cell))
   return {**{k: cell[k] for k in ("dataset", "shots", "loss", "seed", "intents")},
           **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}

@@ -243,8 +243,8 @@ class InputResponseTask:
         state, batch)
 
   def predictors(self, model: InputResponse) -> dict[str, Any]:
-    contexts, scorer = dual_encoder.predictors(
-        model.dual, lambda tower: self.module.text_encoder(self.tower, tower, self.config.model))
+    contexts, scorer = trainer.dual_encoder_predictors(
+        model.dual, lambda tower: trainer.text_encoder(self.module, self.tower, tower, self.config.model))
     out = {"text": contexts, "response_scorer": scorer}
     if model.nli is not None:
       out["nli"] = NliPredictor(contexts, model.nli)
@@ -255,7 +255,8 @@ class InputResponseTask:
     if self.config.model.encoder == "dan":
       dan.save(self.tower, model.dual.context, folder, self.config.model.max_length)
     else:
-      self.module.text_encoder(self.tower, model.dual.context, self.config.model).save_pretrained(folder)
+      trainer.text_encoder(self.module, self.tower, model.dual.context,
+                          self.config.model).save_pretrained(folder)
 
   def summary(self, metrics: Mapping[str, Any]) -> str | None:
     if "stsb_test_pearson" not in metrics:

@@ -40,7 +40,6 @@ from convfit_jax import losses, models, sharding
 from convfit_jax.data import batching
 from convfit_jax.data.conversations import read_conversations, shuffle_buffer
 from convfit_jax.evaluators import response_selection
-from convfit_jax.models import dual_encoder
 from convfit_jax.models.dual_encoder import DualEncoder
 from convfit_jax.train import grad_cache, train_state, trainer
 from convfit_jax.train.train_state import TrainState
@@ -204,10 +203,10 @@ class Stage1:
 
   def text_encoder(self, tower: nnx.Module):
     """A tower as its encoder's text encoder (`Encoder` for a Transformer)."""
-    return self.module.text_encoder(self.built, tower, self.config.model)
+    return trainer.text_encoder(self.module, self.built, tower, self.config.model)
 
   def predictors(self, model: DualEncoder) -> dict[str, Any]:
-    contexts, scorer = dual_encoder.predictors(model, self.text_encoder)
+    contexts, scorer = trainer.dual_encoder_predictors(model, self.text_encoder)
     return {"text": contexts, "response_scorer": scorer}
 
   def export(self, model: DualEncoder, folder: Path) -> None:

@@ -190,8 +190,8 @@ class Stage2:
                          pairs_negative=self.pairs.num_negative)
     self.total_steps = trainer.total_steps(per_epoch, t)
     self.counts["total_steps"] = self.total_steps
-    logging.info("%s: %d training examples, %d intents; %s; %d steps", data.name,
-                 len(data.train), data.num_labels, layout, self.total_steps)
+    logging.info("%s: %d training examples, %d intents; %s; %s", data.name, len(data.train),
+                 data.num_labels, layout, trainer.schedule_summary(per_epoch, t))
     self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
                                                    config.model.max_length, self.built.packs)
 
@@ -236,7 +236,7 @@ class Stage2:
 
   def encoder(self, model: SiameseEncoder):
     """The trained encoder as a text encoder (`Encoder` for a Transformer), which also exports it."""
-    return self.module.text_encoder(self.built, model.encoder, self.config.model)
+    return trainer.text_encoder(self.module, self.built, model.encoder, self.config.model)
 
   def predictors(self, model: SiameseEncoder) -> dict[str, Any]:
     return {"text": self.encoder(model)}

@@ -16,9 +16,10 @@ interrupted one resumes from its latest checkpoint.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import jax
 import ml_collections
@@ -29,7 +30,12 @@ from flax import nnx
 
 from convfit_jax import evaluators as evaluators_lib
 from convfit_jax import sharding
+from convfit_jax.encoder import Encoder
+from convfit_jax.evaluators.response_selection import BiEncoderScorer
 from convfit_jax.models import Built
+from convfit_jax.models.dual_encoder import DualEncoder
+from convfit_jax.models.heads import l2_normalize
+from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.train import loop, optimizer
 from convfit_jax.train.checkpointing import Checkpointer
 from convfit_jax.train.train_state import TrainState, model_state_of, place
@@ -129,12 +135,59 @@ def init_state(config: ml_collections.ConfigDict, model: nnx.Module, total_steps
   return place(state, sharding.param_shardings(state, mesh)), schedule
 
 
+def text_encoder(module, built: Built, model: nnx.Module, model_config: ml_collections.ConfigDict):
+  """A trained network as the text encoder its predictors and export use: for a Transformer
+  sentence encoder the package's `Encoder` (packed, fast; it sits above `models/`, so the
+  trainers wrap, not the model module), else the model module's own
+  (`module.text_encoder`: convolutional, DAN)."""
+  if isinstance(model, SentenceEncoder):
+    return Encoder(model, built.tokenizer, max_length=model_config.max_length,
+                   normalize=built.normalize, hf_config=built.hf_config)
+  return module.text_encoder(built, model, model_config)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _response_ff(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.Array:
+  return nnx.merge(graphdef, state).apply_response_ff(x)
+
+
+def dual_encoder_predictors(model: DualEncoder, text_encoder: Callable[[nnx.Module], Any]
+                            ) -> tuple[Any, BiEncoderScorer]:
+  """What evaluators read from a (host, eval-mode) dual encoder: the context tower as a
+  `TextEncoder` (`text_encoder(tower)`, e.g. an `Encoder`) and a `BiEncoderScorer` of unit
+  context and response vectors, the responses through the response tower and feed-forward
+  network. (Here, not in `models/`, because it builds evaluator types.)"""
+  contexts, responses = text_encoder(model.context), text_encoder(model.response_tower)
+  graphdef, state = nnx.split(model)
+
+  def embed_responses(texts, batch_size):
+    x = responses.encode(texts, batch_size=batch_size, normalize=False)
+    if model.response_ff is not None:
+      x = _response_ff(graphdef, state, x)
+    return np.asarray(l2_normalize(x))
+
+  return contexts, BiEncoderScorer(
+      lambda texts, batch_size: contexts.encode(texts, batch_size=batch_size, normalize=True),
+      embed_responses)
+
+
 def total_steps(per_epoch: int, train_config: ml_collections.ConfigDict) -> int:
-  """Steps of `train.epochs` epochs of `per_epoch` steps, cut to `train.max_steps` when > 0
-  (the schedule follows)."""
+  """Steps of `train.epochs` epochs of `per_epoch` steps, raised to `train.min_steps` and
+  then cut to `train.max_steps` when > 0 (the schedule follows)."""
   t = train_config
-  steps = per_epoch * t.epochs
+  steps = max(per_epoch * t.epochs, t.min_steps)
   return min(steps, t.max_steps) if t.max_steps > 0 else steps
+
+
+def schedule_summary(per_epoch: int, train_config: ml_collections.ConfigDict) -> str:
+  """How `total_steps` came about, for the run's first line."""
+  t, steps = train_config, total_steps(per_epoch, train_config)
+  epochs = f"{t.epochs} epochs of {per_epoch:,}"
+  if per_epoch * t.epochs < t.min_steps and steps == t.min_steps:
+    return f"{steps:,} steps (train.min_steps; {epochs} would be {per_epoch * t.epochs:,})"
+  if steps < max(per_epoch * t.epochs, t.min_steps):
+    return f"{steps:,} steps (train.max_steps; {epochs})"
+  return f"{steps:,} steps ({epochs})"
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, task_cls) -> dict[str, Any]:
