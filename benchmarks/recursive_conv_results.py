@@ -1,4 +1,4 @@
-"""The byte auto-encoder, Stage 1 and Stage 2 tables of docs/results.md (issue 15), read from
+"""The byte auto-encoder, Stage 1 and Stage 2 tables of docs/experiments/recursive_conv.md (issue 15), read from
 runs' outputs.
 
     python benchmarks/recursive_conv_results.py --autoencoders ROW=WORKDIR [ROW=WORKDIR ...]
@@ -22,18 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+import harness
 from convfit_jax.evaluators.byte_error import BUCKETS
 from convfit_jax.train.workdir import finished_metrics, read_scalars
 
-
-def _pairs(items: list[str]) -> list[tuple[str, str]]:
-  out = []
-  for item in items:
-    name, sep, path = item.partition("=")
-    if not sep:
-      raise SystemExit(f"{item!r}: expected NAME=WORKDIR")
-    out.append((name, path))
-  return out
 
 
 def autoencoder_table(rows: list[tuple[str, Path]]) -> str:
@@ -120,15 +112,15 @@ def main():
   p.add_argument("--stage2", nargs="*", default=[])
   args = p.parse_args()
   if args.autoencoders:
-    rows = [(n, Path(w)) for n, w in _pairs(args.autoencoders)]
+    rows = [(n, Path(w)) for n, w in harness.named(args.autoencoders)]
     print(autoencoder_table(rows))
     if args.plot:
       plot(rows, Path(args.plot))
       print(f"\nwrote {args.plot}")
   if args.stage1:
-    print(stage1_table(_pairs(args.stage1)))
+    print(stage1_table(harness.named(args.stage1)))
   if args.stage2:
-    print(stage2_table(_pairs(args.stage2)))
+    print(stage2_table(harness.named(args.stage2)))
 
 
 if __name__ == "__main__":

@@ -128,6 +128,20 @@ def _timed(fn) -> float:
   return time.perf_counter() - start
 
 
+def _torch_score(model, inputs, histories, responses, batch_size, forward) -> None:
+  """The PyTorch reference scoring every pair in eval mode, in `PairScorer`'s order and
+  batches: `forward(histories, responses)` runs the model on one batch."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from convfit_jax.train import rerank  # pylint: disable=import-outside-toplevel
+  model.eval()
+  order = rerank.scoring_order(inputs, histories, responses)
+  with torch.no_grad():
+    for start in range(0, len(histories), batch_size):
+      idx = order[start:start + batch_size]
+      forward([histories[i] for i in idx], [responses[i] for i in idx])
+  model.train()
+
+
 def _compare(name: str, ours_step, torch_step, batches, steps: int, scorings, score_pairs):
   """Alternating training steps, then reranking (`scorings`: (label, ours, theirs) runs over
   `score_pairs` pairs, each run once to warm up and compile); prints one table row per
@@ -203,18 +217,11 @@ def bench_esim(torch, steps: int, score: int, dtype: str = "float32"):
   shared = rerank.PairScorer(host_model, inputs)
   own = rerank.PairScorer(host_model, PairInputs(inputs.encode, lengths=inputs.lengths))
 
-  def torch_score(encode):
-    model.eval()
-    order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
-    with torch.no_grad():
-      for start in range(0, len(sh), score_batch):
-        idx = order[start:start + score_batch]
-        model(**tensors(encode([sh[i] for i in idx], [sr[i] for i in idx])))
-    model.train()
-
+  score = lambda encode: _torch_score(model, inputs, sh, sr, score_batch,
+                                      lambda h, r: model(**tensors(encode(h, r))))
   ours_own = lambda: own.margins(sh, sr, batch_size=score_batch)
   ours_shared = lambda: shared.margins(sh, sr, batch_size=score_batch)
-  torch_own, torch_shared = lambda: torch_score(inputs.encode), lambda: torch_score(inputs.shared_contexts)
+  torch_own, torch_shared = lambda: score(inputs.encode), lambda: score(inputs.shared_contexts)
   _compare(f"ESIM (ours in {dtype})", ours_step, torch_step, batches, steps, [
       ("each pair with its own context, vs PyTorch ESIM the same", ours_own, torch_own),
       ("each distinct context encoded once, vs PyTorch ESIM the same", ours_shared, torch_shared),
@@ -253,16 +260,12 @@ def bench_cross(torch, steps: int, score: int, dtype: str = "float32"):
   scorer = rerank.PairScorer(box["state"].host_model(), inputs)
   st = StCrossEncoder(folder, num_labels=2, max_length=config.model.max_length, device="cpu")
 
-  def torch_score():
-    model.eval()
-    order = rerank.scoring_order(inputs, sh, sr)  # as PairScorer
-    with torch.no_grad():
-      for start in range(0, len(sh), score_batch):
-        idx = order[start:start + score_batch]
-        b = inputs([sh[i] for i in idx], [sr[i] for i in idx])
-        model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
-              token_type_ids=torch.tensor(b["type_ids"]).long())
-    model.train()
+  def forward(histories, responses):
+    b = inputs(histories, responses)
+    model(input_ids=torch.tensor(b["ids"]).long(), attention_mask=torch.tensor(b["mask"]).long(),
+          token_type_ids=torch.tensor(b["type_ids"]).long())
+
+  torch_score = lambda: _torch_score(model, inputs, sh, sr, score_batch, forward)
 
   ours_score = lambda: scorer.margins(sh, sr, batch_size=score_batch)
   _compare(f"cross-encoder (MiniLM, ours in {dtype})", ours_step, torch_step, batches, steps, [

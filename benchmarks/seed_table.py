@@ -17,6 +17,7 @@ import argparse
 import statistics
 import sys
 
+import harness
 from convfit_jax.train.workdir import finished_metrics
 
 
@@ -31,10 +32,7 @@ def table(rows: list[str], seeds: list[int], metric: str, extra: list[str]) -> s
   """rows: `label=workdir[@metric]` with `{seed}` in workdir."""
   head = (["method"] + [f"seed {s}" for s in seeds] + ["mean ± sd"] + extra)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for row in rows:
-    label, sep, spec = row.partition("=")
-    if not sep:
-      raise SystemExit(f"{row!r}: expected label=workdir")
+  for label, spec in harness.named(rows, "label=workdir"):
     workdir, _, row_metric = spec.partition("@")
     row_metric = row_metric or metric
     values = [100 * read_metric(workdir.format(seed=s), row_metric) for s in seeds]

@@ -9,8 +9,9 @@ Run by hand from the repository root, on an idle machine:
 Without --model the classifier is all-MiniLM-L6-v2 (float32, max length 48) with banking77's
 10-shot sample (seed 0) as its pool, built with `add_examples`: serving costs what it costs
 whatever Stage 2 did to the weights. The server is the command line
-(`configs/serve.py`) in its own process; this process is the client (httpx, asyncio), on
-the same CPU, so the client's own work is inside every figure.
+(`configs/serve.py`) in its own process; this process is the client (asyncio streams, one
+keep-alive HTTP/1.1 connection a client; httpx for the fault run), on the same CPU, so the
+client's own work is inside every figure.
 
 Measured:
 - encode: `clf.encoder.encode` on banking77's 3,080 test utterances in this process before
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import shutil
 import signal
 import socket
@@ -44,6 +44,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+import harness
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,31 +89,62 @@ class Server:
     self.proc.wait(timeout=60)
 
 
-async def _load(url: str, texts: list[str], clients: int, count: int) -> dict:
-  """`count` single-text requests from `clients` concurrent clients."""
+class _Connection:
+  """One keep-alive HTTP/1.1 connection on asyncio streams: a load client that costs the
+  CPU it shares with the server less per request than httpx does."""
+
+  def __init__(self, port: int):
+    self._port = port
+    self._streams = None
+
+  async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    """(status, body) of one POST; reconnects if the server closed the connection."""
+    if self._streams is None:
+      self._streams = await asyncio.open_connection("127.0.0.1", self._port)
+    reader, writer = self._streams
+    writer.write(f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                 f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if line)
+    answer = await reader.readexactly(int(headers["content-length"]))
+    if headers.get("connection") == "close":
+      await self.close()
+    return int(lines[0].split()[1]), answer
+
+  async def close(self) -> None:
+    if self._streams is not None:
+      self._streams[1].close()
+      self._streams = None
+
+
+async def _load(port: int, texts: list[str], clients: int, count: int) -> dict:
+  """`count` single-text requests from `clients` concurrent clients, each on its own
+  keep-alive connection."""
   latencies, answers, errors = [], [None] * count, 0
   next_index = iter(range(count))
-  limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-  async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+  bodies = [json.dumps({"texts": [t]}).encode() for t in texts]
 
-    async def one_client():
-      nonlocal errors
-      for i in next_index:
-        start = time.perf_counter()
-        try:
-          r = await client.post("/predict", json={"texts": [texts[i % len(texts)]]})
-          ok = r.status_code == 200
-        except httpx.TransportError:
-          ok = False
-        latencies.append(time.perf_counter() - start)
-        if ok:
-          answers[i] = r.json()["predictions"][0]
-        else:
-          errors += 1
+  async def one_client():
+    nonlocal errors
+    connection = _Connection(port)
+    for i in next_index:
+      start = time.perf_counter()
+      try:
+        status, answer = await connection.post("/predict", bodies[i % len(texts)])
+      except (OSError, asyncio.IncompleteReadError):
+        status = None
+        await connection.close()
+      latencies.append(time.perf_counter() - start)
+      if status == 200:
+        answers[i] = json.loads(answer)["predictions"][0]
+      else:
+        errors += 1
+    await connection.close()
 
-    start = time.perf_counter()
-    await asyncio.gather(*(one_client() for _ in range(clients)))
-    wall = time.perf_counter() - start
+  start = time.perf_counter()
+  await asyncio.gather(*(one_client() for _ in range(clients)))
+  wall = time.perf_counter() - start
   ms = np.asarray(latencies) * 1000
   return {"clients": clients, "requests": count, "requests_per_s": count / wall,
           "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
@@ -227,8 +260,7 @@ def main() -> None:
     expected = clf.predict_details(texts)
     n = args.requests
     cycled = [expected[i % len(texts)] for i in range(n)]
-    results = {"machine": f"{platform.processor() or platform.machine()}, "
-                          f"{__import__('os').cpu_count()} CPUs",
+    results = {"machine": harness.machine(),
                "model": str(args.model or "all-MiniLM-L6-v2, banking77 10-shot pool"),
                "encode_sentences_per_s": encode_per_s, "runs": []}
     print(f"encode: {encode_per_s:.0f} sentences/s", flush=True)
@@ -236,7 +268,7 @@ def main() -> None:
       server = Server(folder, f"--config.batching={batching}")
       try:
         for clients in args.clients:
-          r = asyncio.run(_load(server.url, texts, clients, n))
+          r = asyncio.run(_load(server.port, texts, clients, n))
           r["differ"] = _equal(r.pop("answers"), cycled)
           r.update(batching=batching, ready_s=server.ready_s,
                    of_encode=r["requests_per_s"] / encode_per_s)

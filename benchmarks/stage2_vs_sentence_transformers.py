@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 import warnings
@@ -58,6 +57,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+import harness  # noqa: E402
+
 
 def knn1_accuracy(test_x: np.ndarray, pool_x: np.ndarray, pool_y: np.ndarray,
                   test_y: np.ndarray) -> float:
@@ -65,16 +66,6 @@ def knn1_accuracy(test_x: np.ndarray, pool_x: np.ndarray, pool_y: np.ndarray,
   pred = pool_y[np.argmax(test_x @ pool_x.T, axis=1)]
   return float(np.mean(pred == test_y))
 
-
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown CPU"
 
 
 def main(argv=None) -> dict:
@@ -106,7 +97,7 @@ def main(argv=None) -> dict:
   n_steps = args.steps
   t.max_steps = n_steps  # the schedule's total and the packed row count follow it
   loads = [os.getloadavg()]
-  print(f"machine: {os.cpu_count()} CPUs ({cpu_name()}), load average {loads[0]}; "
+  print(f"machine: {os.cpu_count()} CPUs ({harness.cpu_name()}), load average {loads[0]}; "
         f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), sentence-transformers {st_lib.__version__}, "
         f"transformers {transformers.__version__}", flush=True)
@@ -306,7 +297,7 @@ def main(argv=None) -> dict:
   print(f"mean loss first/last block: ours {o['loss_first_block']:.3f}/{o['loss_last_block']:.3f}, "
         f"theirs {th['loss_first_block']:.3f}/{th['loss_last_block']:.3f}")
   out = {"steps": n_steps, "steps_per_epoch": per_epoch, "num_test": len(test),
-         "num_pool": len(pool), "pairs": len(pairs), "loadavg": loads, "cpu": cpu_name(),
+         "num_pool": len(pool), "pairs": len(pairs), "loadavg": loads, "cpu": harness.cpu_name(),
          "init_test_encoding_max_abs_diff": init_diff, "pairs_per_second_ratio": ratio,
          "accuracy_difference_points": diff, "blocks": blocks, **results}
   if args.json:

@@ -1,4 +1,5 @@
-"""The STS / NLI / response-selection tables of docs/results.md (issue 14), read from runs' metrics.json.
+"""The STS / NLI / response-selection tables of docs/experiments/sts_input_response.md
+(issue 14), read from runs' metrics.json.
 
     python benchmarks/sts_results.py ROW=WORKDIR [ROW=WORKDIR ...] [--fractions F=WORKDIR ...]
         [--plot docs/sts_nli_fraction.png]
@@ -14,8 +15,8 @@ Figures are percentages of the metrics' fractions.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+import harness
 from convfit_jax.train.workdir import finished_metrics
 
 COLUMNS = [("STS-B dev r", "stsb_dev_pearson"), ("STS-B test r", "stsb_test_pearson"),
@@ -29,15 +30,6 @@ COLUMNS = [("STS-B dev r", "stsb_dev_pearson"), ("STS-B test r", "stsb_test_pear
            ("SGD P@10", "sgd_test_rs100_r_at_10"), ("IRC P@1", "ubuntu_irc_test_rs100_r_at_1"),
            ("IRC P@3", "ubuntu_irc_test_rs100_r_at_3"), ("IRC P@10", "ubuntu_irc_test_rs100_r_at_10")]
 
-
-def _pairs(items: list[str]) -> list[tuple[str, Path]]:
-  out = []
-  for item in items:
-    name, sep, path = item.partition("=")
-    if not sep:
-      raise SystemExit(f"{item!r}: expected NAME=WORKDIR")
-    out.append((name, Path(path)))
-  return out
 
 
 def _cell(m: dict, key: str) -> str:
@@ -64,7 +56,7 @@ def main():
   parser.add_argument("--fractions", nargs="*", default=[])
   parser.add_argument("--plot", default="")
   args = parser.parse_args()
-  rows = [(name, finished_metrics(path)) for name, path in _pairs(args.rows)]
+  rows = [(name, finished_metrics(path)) for name, path in harness.named(args.rows)]
   if rows:
     print(table(rows))
     trained = [(name, m) for name, m in rows if "stsb_test_pearson_before" in m]
@@ -72,7 +64,7 @@ def main():
       print("\nBefore training (the same runs' `_before` figures):\n")
       print(table(trained, "_before"))
   if args.fractions:
-    runs = sorted((float(f), finished_metrics(p)) for f, p in _pairs(args.fractions))
+    runs = sorted((float(f), finished_metrics(p)) for f, p in harness.named(args.fractions))
     print("\n| NLI pairs kept | STS-B dev r | STS-B test r | adapted STS-B test r | SICK-E test acc | SNLI test acc |")
     print("|---|---|---|---|---|---|")
     for f, m in runs:

@@ -215,8 +215,12 @@ def build_app(clf: IntentClassifier, folder: str | Path, settings: ServeSettings
   def warm() -> int:
     shapes = clf.encoder.compile(settings.max_texts, batch_size=settings.batch_size,
                                  normalize=True)
-    predict(["warm up"], True)  # the k-NN search, with and without neighbours
-    predict(["warm up"], False)
+    predict(["warm up"], True)  # the k-NN search with neighbours
+    # The vote compiles once per power-of-two count of texts (knn.vote_labels).
+    n = 1
+    while n < 2 * settings.max_texts:
+      predict(["warm up"] * min(n, settings.max_texts), False)
+      n *= 2
     return shapes
 
   @contextlib.asynccontextmanager

@@ -113,6 +113,17 @@ def test_votes_match_brute_force(vote, data):
     np.testing.assert_array_equal(result.predictions, _brute_vote(labels[want_i], want_s, vote))
 
 
+def test_votes_compile_once_per_power_of_two_rows():
+  rng = np.random.default_rng(0)
+  before = knn._vote._cache_size()  # pylint: disable=protected-access
+  for n in range(33, 65):  # one size class: 64 rows
+    labels = rng.integers(0, 5, (n, 3))
+    scores = rng.random((n, 3)).astype(np.float32)
+    np.testing.assert_array_equal(knn.vote_labels(labels, scores),
+                                  _brute_vote(labels, scores, "majority"))
+  assert knn._vote._cache_size() <= before + 1  # pylint: disable=protected-access
+
+
 def test_vote_tie_rules():
   labels = np.array([[4, 2, 2, 4], [4, 2, 2, 4], [5, 1, 1, 5], [3, 3, 0, 0]])
   scores = np.array([[0.9, 0.8, 0.8, 0.6], [0.9, 0.8, 0.8, 0.8], [0.5, 0.5, 0.5, 0.5],

@@ -216,8 +216,14 @@ def vote_labels(neighbor_labels, scores, vote: str = "majority") -> np.ndarray:
   """
   if vote not in VOTES:
     raise ValueError(f"vote must be one of {VOTES}, got {vote!r}")
-  return np.asarray(_vote(jnp.asarray(neighbor_labels, jnp.int32),
-                          jnp.asarray(scores, jnp.float32), vote))
+  labels = np.asarray(neighbor_labels, np.int32)
+  scores = np.asarray(scores, np.float32)
+  n = labels.shape[0]
+  # Rows padded to a power of two: one compile per size class, not per query count (a
+  # service sees every count from 1 to its batch limit; each new one compiled ~0.1 s).
+  rows = 1 << max(n - 1, 0).bit_length()
+  pad = ((0, rows - n), (0, 0))
+  return np.asarray(_vote(np.pad(labels, pad), np.pad(scores, pad), vote))[:n]
 
 
 def apply_oos_threshold(predictions, top1_scores, threshold: float, oos_label: int) -> np.ndarray:
