@@ -204,8 +204,10 @@ def _free_port() -> int:
 
 
 def _start(folder, port, *extra):
+  # Few texts a call: fewer shapes to compile before /health says ready.
   cmd = [sys.executable, "-m", "convfit_jax.main",
-         f"--config=configs/serve.py:model={folder},port={port}", *extra]
+         f"--config=configs/serve.py:model={folder},port={port}", "--config.max_texts=8",
+         "--config.batch_size=4", *extra]
   return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
 

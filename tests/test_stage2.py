@@ -136,6 +136,8 @@ def test_killed_run_resumes_to_the_same_parameters(sampler, tiny_bert_dir, tmp_p
   metrics_b = json.loads((killed / "metrics.json").read_text())
   assert metrics_a["knn_accuracy"] == metrics_b["knn_accuracy"]
 
+  if sampler == "pairs":
+    return  # what follows does not depend on the sampler: checked once
   # A finished run is not retrained: rerunning leaves the checkpoints as they are.
   before = sorted(p.name for p in (full / "checkpoints").iterdir())
   r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
