@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from convfit_jax.classifier import IntentClassifier
+from convfit_jax.evaluators import knn
 from convfit_jax.version import __version__
 
 
@@ -212,15 +213,18 @@ def build_app(clf: IntentClassifier, folder: str | Path, settings: ServeSettings
   predict = _predict_fn(clf, settings)
   state = {"ready": False, "batcher": None}
 
+  def warm_search() -> None:
+    # The k-NN search and vote compile once per power-of-two count of texts (knn.search,
+    # knn.vote_labels) and pool size (knn.pool_rows); explain runs both searches.
+    n = 1
+    while n < 2 * settings.max_texts:
+      predict(["warm up"] * min(n, settings.max_texts), True)
+      n *= 2
+
   def warm() -> int:
     shapes = clf.encoder.compile(settings.max_texts, batch_size=settings.batch_size,
                                  normalize=True)
-    predict(["warm up"], True)  # the k-NN search with neighbours
-    # The vote compiles once per power-of-two count of texts (knn.vote_labels).
-    n = 1
-    while n < 2 * settings.max_texts:
-      predict(["warm up"] * min(n, settings.max_texts), False)
-      n *= 2
+    warm_search()
     return shapes
 
   @contextlib.asynccontextmanager
@@ -278,8 +282,8 @@ def build_app(clf: IntentClassifier, folder: str | Path, settings: ServeSettings
       except BaseException:
         clf._set_pool(*before)  # pylint: disable=protected-access  # what is served = what is saved
         raise
-      predict(["warm up"], True)  # the k-NN search compiles for the new pool size here
-      predict(["warm up"], False)
+      if knn.pool_rows(len(before[1])) != knn.pool_rows(len(clf.pool_texts)):
+        warm_search()  # the search's shapes changed with the pool's
       return {"added": len(texts), "pool_size": len(clf.pool_texts), "intents": len(clf.labels)}
 
     try:

@@ -1,9 +1,11 @@
 """`Encoder` on the real all-MiniLM-L6-v2 weights: parity with PyTorch, padding, inputs."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
@@ -77,6 +79,17 @@ def test_packed_calls_compile_a_bounded_number_of_shapes(encoder):
   assert _embed._cache_size() - before <= 16  # pylint: disable=protected-access
   again = encoder.encode(sets[0][::-1], batch_size=32)
   np.testing.assert_allclose(again[::-1], outs[0], atol=1e-6)
+
+
+def test_an_update_to_the_model_shows_in_the_next_encode(tiny_bert_dir):
+  enc = Encoder.from_pretrained(tiny_bert_dir)
+  before = enc.encode(["top up my card"])
+  state = nnx.state(enc.model)
+  nnx.update(enc.model, jax.tree.map(lambda x: x * 0.5, state))
+  after = enc.encode(["top up my card"])
+  fresh = Encoder(enc.model, enc.tokenizer, max_length=enc.max_length).encode(["top up my card"])
+  assert np.abs(after - before).max() > 1e-3
+  np.testing.assert_array_equal(after, fresh)
 
 
 def test_bucket_widths_are_bounded():

@@ -124,6 +124,20 @@ def test_votes_compile_once_per_power_of_two_rows():
   assert knn._vote._cache_size() <= before + 1  # pylint: disable=protected-access
 
 
+def test_search_compiles_per_power_of_two_queries_and_pool_block():
+  rng = np.random.default_rng(1)
+  pool = rng.normal(size=(300, 8)).astype(np.float32)
+  before = knn._step._cache_size()  # pylint: disable=protected-access
+  for n, m in ((9, 290), (16, 297), (12, 300)):  # 16 queries, a pool of 512 rows
+    q = rng.normal(size=(n, 8)).astype(np.float32)
+    scores, indices = knn.search(q, pool[:m], k=3)
+    ref_scores, ref_indices = _brute_force(q, pool[:m], 3)
+    np.testing.assert_array_equal(indices, ref_indices)
+    np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
+  assert knn._step._cache_size() <= before + 1  # pylint: disable=protected-access
+  assert knn.pool_rows(256) == 256 and knn.pool_rows(257) == 512
+
+
 def test_vote_tie_rules():
   labels = np.array([[4, 2, 2, 4], [4, 2, 2, 4], [5, 1, 1, 5], [3, 3, 0, 0]])
   scores = np.array([[0.9, 0.8, 0.8, 0.6], [0.9, 0.8, 0.8, 0.8], [0.5, 0.5, 0.5, 0.5],

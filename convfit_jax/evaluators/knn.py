@@ -134,6 +134,12 @@ def _sharded_step(q, chunk, valid, offset, run_scores, run_indices, *, k, mesh):
   return _merge(jnp.concatenate([run_scores, top], 1), jnp.concatenate([run_indices, idx], 1), k)
 
 
+def pool_rows(m: int) -> int:
+  """Rows a whole pool of m examples takes on the devices: a multiple of 256, so a pool that
+  grows by a few examples (a server's /examples) keeps its compiled shapes."""
+  return -(-m // 256) * 256
+
+
 def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int | None = None,
            mesh: Mesh | None = None) -> tuple[np.ndarray, np.ndarray]:
   """The k most cosine-similar pool rows of every query.
@@ -144,8 +150,8 @@ def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int 
       is on the devices.
     k: neighbours per query, 1 <= k <= m.
     batch_size: queries per compiled call.
-    chunk_size: pool rows per device pass (the whole pool when None); rounded up to a
-      multiple of the `data` axis size.
+    chunk_size: pool rows per device pass (the whole pool, in a multiple of 256 rows,
+      when None); rounded up to a multiple of the `data` axis size.
     mesh: shard each pool chunk over its `data` axis; None runs on the default device.
   Returns:
     scores [n, k] float32 and indices [n, k] int32, best first, ties by lower index.
@@ -159,8 +165,11 @@ def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int 
   n, m = queries.shape[0], pool.shape[0]
   if not 1 <= k <= m:
     raise ValueError(f"k={k} must be between 1 and the pool size {m}")
+  # Fewer queries than a batch run as the smallest power of two that holds them: one
+  # query costs a one-row search, not a full batch's, in log2(batch_size) + 1 shapes.
+  batch_size = min(batch_size, 1 << max(n - 1, 0).bit_length())
   shards = mesh.shape[DATA] if mesh is not None else 1
-  chunk = max(chunk_size or m, k)
+  chunk = max(chunk_size or pool_rows(m), k)
   chunk = -(-chunk // shards) * shards
   num_batches = max(1, math.ceil(n / batch_size))
   padded = np.zeros((num_batches * batch_size, queries.shape[1]), np.float32)
