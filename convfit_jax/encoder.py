@@ -8,9 +8,9 @@ Texts are packed several to a row as in training (`data.packing`: each token
 attends to its own sentence, positions restart per sentence), so no compute goes to
 padding and every vector equals the one the text gets alone, to float rounding.
 All rows of a call have the width of the smallest bucket (powers of two up to
-`max_length`, and `max_length`) that holds the longest text; row and sentence
-counts are powers of two, so XLA compiles a bounded number of shapes however many
-texts come in. Vectors come back in input order. A server fixes the sentence count too
+`max_length`, and `max_length`) that holds the longest text; row counts are 2^k and
+3 * 2^(k-1) and sentence counts powers of two, so XLA compiles a bounded number of shapes
+however many texts come in. Vectors come back in input order. A server fixes the sentence count too
 (`compile`), so only widths x row counts remain, all compiled before the first request.
 """
 
@@ -39,6 +39,14 @@ from convfit_jax.tokenization import bucket, bucket_widths, check_texts, load_to
 def _powers_of_two(limit: int) -> list[int]:
   """1, 2, 4, ... below `limit`, then `limit`."""
   return [1 << k for k in range(max(limit - 1, 0).bit_length()) if 1 << k < limit] + [limit]
+
+
+def _row_counts(limit: int) -> list[int]:
+  """1, 2, 3, 4, 6, 8, 12, ...: 2^k and 3 * 2^(k-1) below `limit`, then `limit`. A call of
+  a few texts (a server's batch) pads to at most a third more rows, not up to twice as many:
+  16 banking77 texts fill 83% of their rows' tokens against 73% with powers of two."""
+  return sorted({c for p in _powers_of_two(limit) for c in (p, 3 * p // 2) if c < limit}
+                | {limit})
 
 
 class _Architecture:
@@ -128,7 +136,7 @@ class Encoder:
     normalize = self.normalize if normalize is None else normalize
     self._slots = slots
     shapes = [(rows, width) for width in bucket_widths(self.max_length)
-              for rows in _powers_of_two(batch_size)]
+              for rows in _row_counts(batch_size)]
     for rows, width in shapes:
       ids = np.zeros((rows, width), np.int32)
       # One one-token sentence, so no row is all padding (its output is discarded anyway).
@@ -144,7 +152,7 @@ class Encoder:
 
     Args:
       texts: n strings; an empty string is encoded (special tokens only).
-      batch_size: packed rows per device call (rounded up to a power of two for small
+      batch_size: packed rows per device call (2^k or 3 * 2^(k-1) of them for small
         inputs); each row holds one or more texts. 16-32 rows encode fastest on a
         2-core CPU (about 1,500 tokens a call); larger calls pay on accelerators.
       normalize: L2-normalise rows; defaults to the checkpoint's choice.
@@ -169,7 +177,7 @@ class Encoder:
     # first-fit decreasing over all texts leaves little of it unused.
     width = bucket(int(lengths.max()), bucket_widths(self.max_length))
     placed = packing.place(lengths, width)
-    row_counts = _powers_of_two(batch_size)
+    row_counts = _row_counts(batch_size)
     if show_progress is None:
       show_progress = sys.stderr.isatty() and len(texts) > batch_size
     pending = []

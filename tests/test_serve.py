@@ -179,7 +179,7 @@ def test_compiled_encoder_takes_no_new_shapes(tiny_bert_dir):
   compiled = encoder_module._embed._cache_size()  # pylint: disable=protected-access
   for n in (1, 3, 17, len(texts)):
     np.testing.assert_allclose(enc.encode(texts[:n], batch_size=8), free[:n], atol=1e-5)
-  assert encoder_module._embed._cache_size() == compiled and shapes == len(bucket_widths(32)) * 4  # pylint: disable=protected-access
+  assert encoder_module._embed._cache_size() == compiled and shapes == len(bucket_widths(32)) * 6  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="at most 64"):
     enc.encode(["x"] * 65)
 
