@@ -10,8 +10,9 @@ padding and every vector equals the one the text gets alone, to float rounding.
 All rows of a call have the width of the smallest bucket (powers of two up to
 `max_length`, and `max_length`) that holds the longest text; row counts are 2^k and
 3 * 2^(k-1) and sentence counts powers of two, so XLA compiles a bounded number of shapes
-however many texts come in. Vectors come back in input order. A server fixes the sentence count too
-(`compile`), so only widths x row counts remain, all compiled before the first request.
+however many texts come in. Vectors come back in input order. A server fixes the sentence
+count too (`compile`), so only widths x row counts remain, all compiled before the first
+request.
 """
 
 from __future__ import annotations

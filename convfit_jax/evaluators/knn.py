@@ -134,10 +134,20 @@ def _sharded_step(q, chunk, valid, offset, run_scores, run_indices, *, k, mesh):
   return _merge(jnp.concatenate([run_scores, top], 1), jnp.concatenate([run_indices, idx], 1), k)
 
 
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def _power_of_two_at_least(n: int) -> int:
+  """The rows a call of n queries is padded to: one compile per size class, not per query
+  count (a service sees every count from 1 to its batch limit)."""
+  return 1 << max(n - 1, 0).bit_length()
+
+
 def pool_rows(m: int) -> int:
   """Rows a whole pool of m examples takes on the devices: a multiple of 256, so a pool that
   grows by a few examples (a server's /examples) keeps its compiled shapes."""
-  return -(-m // 256) * 256
+  return _round_up(m, 256)
 
 
 def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int | None = None,
@@ -167,10 +177,9 @@ def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int 
     raise ValueError(f"k={k} must be between 1 and the pool size {m}")
   # Fewer queries than a batch run as the smallest power of two that holds them: one
   # query costs a one-row search, not a full batch's, in log2(batch_size) + 1 shapes.
-  batch_size = min(batch_size, 1 << max(n - 1, 0).bit_length())
+  batch_size = min(batch_size, _power_of_two_at_least(n))
   shards = mesh.shape[DATA] if mesh is not None else 1
-  chunk = max(chunk_size or pool_rows(m), k)
-  chunk = -(-chunk // shards) * shards
+  chunk = _round_up(max(chunk_size or pool_rows(m), k), shards)
   num_batches = max(1, math.ceil(n / batch_size))
   padded = np.zeros((num_batches * batch_size, queries.shape[1]), np.float32)
   padded[:n] = queries
@@ -228,10 +237,7 @@ def vote_labels(neighbor_labels, scores, vote: str = "majority") -> np.ndarray:
   labels = np.asarray(neighbor_labels, np.int32)
   scores = np.asarray(scores, np.float32)
   n = labels.shape[0]
-  # Rows padded to a power of two: one compile per size class, not per query count (a
-  # service sees every count from 1 to its batch limit; each new one compiled ~0.1 s).
-  rows = 1 << max(n - 1, 0).bit_length()
-  pad = ((0, rows - n), (0, 0))
+  pad = ((0, _power_of_two_at_least(n) - n), (0, 0))
   return np.asarray(_vote(np.pad(labels, pad), np.pad(scores, pad), vote))[:n]
 
 
