@@ -44,7 +44,6 @@ import collections
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -162,13 +161,8 @@ def _spec(dataset: str, seed: int, num_iterations: int) -> dict:
 
 
 def _run_worker(python: str, worker: str, spec_path: Path) -> tuple[dict, float]:
-  tic = time.perf_counter()
-  r = subprocess.run([python, __file__, "--worker", worker, "--spec", str(spec_path)], cwd=REPO,
-                     capture_output=True, text=True, check=False)
-  wall = time.perf_counter() - tic
-  if r.returncode != 0:
-    raise RuntimeError(f"worker {worker} failed:\n{r.stderr[-4000:]}")
-  return json.loads(r.stdout.strip().splitlines()[-1]), wall
+  return harness.run_worker([python, __file__, "--worker", worker, "--spec", str(spec_path)],
+                            cwd=REPO)
 
 
 def _cli_run(seed: int) -> tuple[float, float]:
@@ -178,11 +172,7 @@ def _cli_run(seed: int) -> tuple[float, float]:
            f"--config.seed={seed}", f"--config.data.seed={seed}", f"--config.workdir={tmp}/run",
            f"--config.model.init_from={_minilm()}", "--config.evals.knn.before=False",
            "--config.evals.knn.tsne=False"]
-    tic = time.perf_counter()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - tic
-    if r.returncode != 0:
-      raise RuntimeError(f"CLI run failed:\n{r.stderr[-4000:]}")
+    _, wall = harness.run_process(cmd, cwd=REPO)
     return wall, json.loads(Path(tmp, "run", "metrics.json").read_text())["knn_accuracy"]
 
 
@@ -227,7 +217,8 @@ def main() -> None:
   if not args.setfit_python:
     p.error("--setfit_python: the interpreter of a venv with setfit (see the docstring)")
   out_path = Path(args.json)
-  results = {"cpu": harness.cpu_name(), "cores": os.cpu_count(), "seed": args.seed,
+  results = {"cpu": harness.cpu_name(), "cores": os.cpu_count(), "machine": harness.machine(),
+             "seed": args.seed,
              "command": " ".join(["python"] + sys.argv), "datasets": {}}
   if out_path.is_file():  # a partial run's sets are kept; rerun ones are replaced
     old = json.loads(out_path.read_text(encoding="utf-8"))

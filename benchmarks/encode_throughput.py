@@ -54,6 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "intent" / "banking77" / "test.csv"
@@ -212,8 +213,7 @@ def main() -> None:
   texts, labels, path = load_texts()
   peak, basis = cpu_peak()
   print(f"data: {path} ({len(texts):,} texts), max length {args.max_length}")
-  print(f"machine: {basis} = {peak:.0f} GFLOP/s fp32 peak; load average at start "
-        f"{os.getloadavg()[0]:.2f}")
+  print(f"machine: {harness.machine()} (at start); {basis} = {peak:.0f} GFLOP/s fp32 peak")
   print(f"convfit_jax {args.batch_size} packed rows per call; sentence-transformers and ONNX Runtime "
         f"{args.st_batch_size} sentences per batch; {args.repeats} timed passes (median)\n")
   results = []

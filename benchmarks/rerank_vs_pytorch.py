@@ -37,6 +37,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import harness
 import numpy as np
 
 UBUNTU = Path("../shared/data/conversations/ubuntu_irc")
@@ -322,7 +323,7 @@ def main():
   print("|---|---|---|---|")
   for name in args.models.split("+"):
     {"esim": bench_esim, "cross": bench_cross, "bilstm": bench_bilstm}[name](torch, args.steps, args.score, args.dtype)
-  print(f"load average {os.getloadavg()[0]:.2f} at the end")
+  print(f"machine at the end: {harness.machine()}")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
+
+import harness
 
 
 def _child(model_name: str, batch_size: int, max_length: int, grad_cache: bool, chunk_size: int,
@@ -80,11 +81,11 @@ def main():
   for name, b, gc, steps in runs:
     cmd = [sys.executable, __file__, "--max_length", str(args.max_length), "--model", args.model,
            "--child", str(b), str(gc), str(steps), str(args.chunk_size)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-      print(f"| {name} | failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]} | |")
+    try:
+      result, _ = harness.run_worker(cmd, env=env)
+    except RuntimeError as e:  # an out-of-memory configuration is a row, not the end
+      print(f"| {name} | failed: {str(e).strip().splitlines()[-1]} | |")
       continue
-    result = json.loads(out.stdout.strip().splitlines()[-1])
     step = "–" if result["step_seconds"] is None else f"{result['step_seconds']:.1f}"
     print(f"| {name} | {result['max_rss_gib']:.2f} | {step} |", flush=True)
 

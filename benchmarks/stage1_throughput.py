@@ -43,6 +43,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import harness
 import numpy as np
 
 TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "conversations" / "sgd" / "train.tsv"
@@ -183,7 +184,7 @@ def main():
   args = parser.parse_args()
   pairs = _pairs(args.batch_size * (args.steps + 1))
   modes = ("plain", "cached") if args.mode == "both" else (args.mode,)
-  print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+  print(f"machine at start: {harness.machine()}")
   for mode in modes:
     cached = mode == "cached"
     theirs_name = (f"CachedMultipleNegativesRankingLoss(mini_batch_size={args.chunk_size})"
@@ -196,7 +197,7 @@ def main():
     print(f"theirs (sentence-transformers {theirs_name}): {r['theirs']:8.1f} pairs/s")
     print(f"ratio ours/theirs: {r['ratio']:.2f}  (median per-step ratio {r['median_step_ratio']:.2f}; "
           f"batch {args.batch_size}, max_length {args.max_length}, {args.steps} timed steps)")
-  print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+  print(f"machine at the end: {harness.machine()}")
 
 
 if __name__ == "__main__":

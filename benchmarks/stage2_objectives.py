@@ -23,6 +23,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import harness
 import numpy as np
 
 
@@ -79,8 +80,8 @@ def main():
       step, state, record = runs[name]
       runs[name][1], seconds, counts = step(state)
       record.append((seconds, *counts))
-  print(f"{args.dataset} {args.shots or 'full'}-shot, all-MiniLM-L6-v2, {args.steps} timed steps each, "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
+  print(f"{args.dataset} {args.shots or 'full'}-shot, all-MiniLM-L6-v2, {args.steps} timed steps each; "
+        f"at the end {harness.machine()}")
   print("| objective | median step ms | sentences a step | pairs scored a step | sentences/s | "
         f"pairs scored/s | step time / {names[0]} |")
   print("|---|---|---|---|---|---|---|")

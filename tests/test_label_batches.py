@@ -30,7 +30,7 @@ def _tokens(batch, i):
 
 
 def _run(table, p=3, k=3, seed=0, start=0, steps=None, process_index=0, process_count=1):
-  per_epoch = lb.label_steps_per_epoch(LABELS, p, k)
+  per_epoch = lb.layout(LABELS, p, k).steps_per_epoch
   steps = steps or per_epoch
   rows = lb.label_batch_rows(table, LABELS, labels_per_batch=p, examples_per_label=k, seed=seed,
                              num_steps=start + steps, process_count=process_count)
@@ -68,7 +68,7 @@ def test_an_epoch_covers_every_utterance_once_in_groups_of_one_intent(table):
 
 
 def test_epochs_reshuffle_by_seed_and_resume_at_a_step(table):
-  per_epoch = lb.label_steps_per_epoch(LABELS, 3, 3)
+  per_epoch = lb.layout(LABELS, 3, 3).steps_per_epoch
   run = _run(table, seed=3, steps=2 * per_epoch + 2)
   assert not np.array_equal(run[0].sentence_ids, run[per_epoch].sentence_ids)
   k = per_epoch + 1
@@ -133,9 +133,11 @@ def test_fewer_intents_than_a_batch_asks_for_fill_it_with_every_intent(table, in
   labels = np.repeat(np.arange(intents), 10)
   small = batching.SentenceTable(np.resize(table.input_ids, (len(labels), table.width)),
                                  np.resize(table.attention_mask, (len(labels), table.width)))
-  assert lb.layout(labels, 32, 2) == lb.Layout(intents, k_held, True)
-  assert lb.label_steps_per_epoch(labels, 32, 2) == per_epoch
+  assert lb.layout(labels, 32, 2)[:3] == (intents, k_held, True)
+  assert lb.layout(labels, 32, 2).steps_per_epoch == per_epoch
   line = lb.summary(labels, 32, 2)
+  sizes = sorted({len(g) for g in lb.epoch_groups(labels, k_held, 0, 0, even=True)})
+  assert f"near-equal groups (sizes {', '.join(map(str, sizes))})" in line
   assert (f"all {intents} intents (fewer than labels_per_batch=32) x up to {k_held} utterances "
           f"= up to {intents * k_held} sentences of the 64 asked") in line
   assert f"{per_epoch} steps an epoch" in line
@@ -155,5 +157,5 @@ def test_fewer_intents_than_a_batch_asks_for_fill_it_with_every_intent(table, in
 
 
 def test_enough_intents_keep_the_layout_asked():
-  assert lb.layout(LABELS, 3, 3) == lb.Layout(3, 3, False)
-  assert lb.layout(np.repeat(np.arange(32), 10), 32, 2) == lb.Layout(32, 2, False)
+  assert lb.layout(LABELS, 3, 3)[:3] == (3, 3, False)
+  assert lb.layout(np.repeat(np.arange(32), 10), 32, 2)[:3] == (32, 2, False)

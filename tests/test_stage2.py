@@ -198,7 +198,7 @@ def test_the_floor_leaves_the_three_full_sets_as_they_were_measured(dataset, ste
   labels = intent.from_config(c.data).train.labels
   t = c.train
   assert label_batches.layout(labels, t.labels_per_batch, t.examples_per_label).even is False
-  per_epoch = label_batches.label_steps_per_epoch(labels, t.labels_per_batch, t.examples_per_label)
+  per_epoch = label_batches.layout(labels, t.labels_per_batch, t.examples_per_label).steps_per_epoch
   assert trainer.total_steps(per_epoch, t) == per_epoch * t.epochs == steps
 
 

@@ -65,21 +65,25 @@ class LabelBatch(NamedTuple):
 
 
 class Layout(NamedTuple):
-  """What a batch holds (`layout`): `labels_per_batch` groups of up to `examples_per_label`
-  utterances; `even`: an intent's groups are of near-equal size (else K, the last shorter)."""
+  """What a batch of a set holds (`layout`): `labels_per_batch` groups of up to
+  `examples_per_label` utterances; `even`: an intent's groups are of near-equal size (else
+  K, the last shorter); `groups` and `steps_per_epoch`: of one epoch."""
   labels_per_batch: int
   examples_per_label: int
   even: bool
+  groups: int
+  steps_per_epoch: int
 
 
 def layout(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> Layout:
   """P x K as asked when the set has at least P intents; with n < P intents, n groups of
   P*K // n places (at least K, at most the largest intent's count), groups even."""
   counts = np.unique(np.asarray(labels), return_counts=True)[1]
-  p, k = labels_per_batch, examples_per_label
-  if len(counts) >= p:
-    return Layout(p, k, False)
-  return Layout(len(counts), max(k, min(p * k // len(counts), int(counts.max()))), True)
+  p, k, even = labels_per_batch, examples_per_label, False
+  if len(counts) < p:
+    p, k, even = len(counts), max(k, min(p * k // len(counts), int(counts.max()))), True
+  groups = int(np.sum(-(-counts // k)))
+  return Layout(p, k, even, groups, steps_per_epoch(groups, p))
 
 
 def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: int,
@@ -100,33 +104,23 @@ def epoch_groups(labels: np.ndarray, examples_per_label: int, seed: int, epoch: 
   return [groups[i] for i in order]
 
 
-def groups_per_epoch(labels: np.ndarray, examples_per_label: int) -> int:
-  """Groups of up to K utterances in one epoch."""
-  counts = np.unique(np.asarray(labels), return_counts=True)[1]
-  return int(np.sum(-(-counts // examples_per_label)))
-
-
-def label_steps_per_epoch(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> int:
-  p, k, _ = layout(labels, labels_per_batch, examples_per_label)
-  return steps_per_epoch(groups_per_epoch(labels, k), p)
-
-
 def summary(labels: np.ndarray, labels_per_batch: int, examples_per_label: int) -> str:
   """One line before training: what a batch holds, and the intents that cannot fill a group."""
   counts = np.unique(np.asarray(labels), return_counts=True)[1]
-  p, k, even = layout(labels, labels_per_batch, examples_per_label)
-  groups = groups_per_epoch(labels, k)
-  per_epoch = f"{steps_per_epoch(groups, p):,} steps an epoch over {len(labels):,} utterances"
+  p, k, even, groups, per_epoch = layout(labels, labels_per_batch, examples_per_label)
+  epoch = f"{groups:,} groups, {per_epoch:,} steps an epoch over {len(labels):,} utterances"
   if even:
-    sizes = sorted({len(g) for c in counts for g in np.array_split(np.arange(c), -(-c // k))})
+    # ceil(c / k) near-equal groups of c utterances hold c // g or c // g + 1 each.
+    g = -(-counts // k)
+    sizes = sorted(set((counts // g).tolist()) | set((counts // g + 1)[counts % g != 0].tolist()))
     return (f"label batches: all {p} intents (fewer than labels_per_batch={labels_per_batch}) "
             f"x up to {k} utterances = up to {p * k} sentences of the "
-            f"{labels_per_batch * examples_per_label} asked; each intent's utterances cut into near-equal groups (sizes "
-            f"{', '.join(map(str, sizes))}); {groups:,} groups, {per_epoch}")
+            f"{labels_per_batch * examples_per_label} asked; each intent's utterances cut into "
+            f"near-equal groups (sizes {', '.join(map(str, sizes))}); {epoch}")
   short = int(np.sum(counts % k != 0))
   fewer = int(np.sum(counts < k))
-  return (f"label batches: {p} intents x {k} utterances = {p * k} sentences; {groups:,} groups, "
-          f"{per_epoch}; {short} of {len(counts)} intents end an epoch on a group of fewer "
+  return (f"label batches: {p} intents x {k} utterances = {p * k} sentences; {epoch}; "
+          f"{short} of {len(counts)} intents end an epoch on a group of fewer "
           f"than {k} ({fewer} have fewer than {k} in all)")
 
 
@@ -134,8 +128,7 @@ def _step_places(labels: np.ndarray, labels_per_batch: int, examples_per_label: 
                  start_step: int, num_steps: int | None, places: int
                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Per step from `start_step`: (sentence_ids [places] int32, weights [places] float32)."""
-  p, k, even = layout(labels, labels_per_batch, examples_per_label)
-  per_epoch = steps_per_epoch(groups_per_epoch(labels, k), p)
+  p, k, even, _, per_epoch = layout(labels, labels_per_batch, examples_per_label)
   epoch, groups = None, None
   step = start_step
   while num_steps is None or step < start_step + num_steps:

@@ -174,7 +174,7 @@ class Stage2:
       self.counts["memory_estimate"] = memory_estimate(num_params, config, encoder.config)
     if self.dense:
       p, k = t.labels_per_batch, t.examples_per_label
-      per_epoch = label_batches.label_steps_per_epoch(self.labels, p, k)
+      per_epoch = label_batches.layout(self.labels, p, k).steps_per_epoch
       self.examples_per_step, self.examples_name = sentences_per_step(t), "sentences"
       layout = label_batches.summary(self.labels, p, k)
       self.counts["sentences_per_step"] = self.examples_per_step
