@@ -110,6 +110,8 @@ class IntentClassifier:
     self.pool_texts: list[str] = []
     self.pool_label_ids = np.zeros(0, np.int32)
     self.pool_embeddings = np.zeros((0, encoder.dim), np.float32)
+    # (the array it was made from, knn.DevicePool): the pool placed once for every search.
+    self._placed: tuple[np.ndarray, knn.DevicePool] | None = None
     self.history_: dict[str, Any] = {}
     # What Stage 2 starts from: a folder or hub id; None: `encoder` is saved first.
     self._source = None if source is None else str(source)
@@ -336,10 +338,16 @@ class IntentClassifier:
     return calibration.intent_scores(q, self.pool_embeddings, self.pool_label_ids,
                                      len(self.labels))
 
+  def _device_pool(self) -> knn.DevicePool:
+    """The pool on the devices, placed again only when `pool_embeddings` is a new array."""
+    if self._placed is None or self._placed[0] is not self.pool_embeddings:
+      self._placed = (self.pool_embeddings, knn.prepare_pool(self.pool_embeddings))
+    return self._placed[1]
+
   def _neighbours(self, q: np.ndarray, oos: bool = True) -> knn.KNNResult:
     """k-NN of unit queries [n, dim]; predictions are label ids, len(labels) = rejected."""
     threshold = self.oos_threshold if oos else None
-    return knn.knn_predict(q, self.pool_embeddings, self.pool_label_ids,
+    return knn.knn_predict(q, self._device_pool(), self.pool_label_ids,
                            k=min(self.k, len(self.pool_texts)), vote=self.vote,
                            oos_threshold=threshold,
                            oos_label=None if threshold is None else len(self.labels))
@@ -371,7 +379,7 @@ class IntentClassifier:
     return out
 
   def _nearest(self, q: np.ndarray, top: int) -> list[list[dict[str, Any]]]:
-    scores, indices = knn.search(q, self.pool_embeddings, k=min(top, len(self.pool_texts)))
+    scores, indices = knn.search(q, self._device_pool(), k=min(top, len(self.pool_texts)))
     return [[{"text": self.pool_texts[j], "label": self.labels[self.pool_label_ids[j]],
               "score": float(s)} for j, s in zip(idx, sc)] for sc, idx in zip(scores, indices)]
 

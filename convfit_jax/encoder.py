@@ -195,7 +195,8 @@ class Encoder:
                                     batch.segment_ids, batch.position_ids, slots)))
         bar.update(len(idx))
       for idx, emb in pending:
-        out[idx] = np.asarray(emb[:len(idx)], np.float32)
+        # Sliced on the host: a slice on the device would be one more dispatch a call.
+        out[idx] = np.asarray(emb, np.float32)[:len(idx)]
     return out
 
   def _warn_truncation(self, tokenized, n: int) -> None:

@@ -108,6 +108,7 @@ def test_add_examples_grows_the_pool_with_a_new_intent(fitted, tiny_bert_dir):
   clf = IntentClassifier.from_pretrained(tiny_bert_dir)
   clf.add_examples(*TRAIN)
   new = ["please close my account", "i want to delete my account"]
+  assert "close_account" not in clf.predict(new)  # places the pool: the next add replaces it
   clf.add_examples(new, ["close_account"] * 2)
   assert clf.labels[-1] == "close_account" and len(clf.pool_texts) == len(TRAIN[0]) + 2
   # A pool text is its own nearest neighbour (cosine 1).

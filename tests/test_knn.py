@@ -161,11 +161,16 @@ def test_chunked_and_sharded_agree_exactly(data):
       "sharded": dict(mesh=mesh),
       "sharded and chunked": dict(mesh=mesh, chunk_size=50),
   }
+  variants = {**variants, "whole": {}}
   for name, kw in variants.items():
-    got = knn.knn_predict(queries, pool, labels, k=5, batch_size=32, **kw)
-    np.testing.assert_array_equal(got.indices, want.indices, err_msg=name)
-    np.testing.assert_array_equal(got.scores, want.scores, err_msg=name)
-    np.testing.assert_array_equal(got.predictions, want.predictions, err_msg=name)
+    # The same pool placed once (a classifier's, a server's) gives the same bits.
+    for placed in (False, True):
+      where = knn.prepare_pool(pool, **kw) if placed else pool
+      got = knn.knn_predict(queries, where, labels, k=5, batch_size=32, **({} if placed else kw))
+      msg = f"{name}, {'placed once' if placed else 'placed per call'}"
+      np.testing.assert_array_equal(got.indices, want.indices, err_msg=msg)
+      np.testing.assert_array_equal(got.scores, want.scores, err_msg=msg)
+      np.testing.assert_array_equal(got.predictions, want.predictions, err_msg=msg)
 
 
 def test_sharded_step_gathers_across_devices():
@@ -182,6 +187,19 @@ def test_sharded_step_gathers_across_devices():
 def test_search_rejects_bad_k():
   with pytest.raises(ValueError):
     knn.search(np.ones((2, 3)), np.ones((4, 3)), k=5)
+  with pytest.raises(ValueError, match="k=5 must be between 1 and the pool size 4"):
+    knn.search(np.ones((2, 3)), knn.prepare_pool(np.ones((4, 3))), k=5)
+
+
+def test_a_placed_pool_keeps_its_chunks_and_refuses_bad_rows():
+  placed = knn.prepare_pool(np.ones((4, 3)))
+  assert placed.size == 4 and [c.shape for c in placed.chunks] == [(256, 3)]
+  with pytest.raises(ValueError, match="has its chunks and mesh already"):
+    knn.search(np.ones((2, 3)), placed, chunk_size=2)
+  with pytest.raises(ValueError, match="pool: 1 row"):
+    knn.prepare_pool(np.array([[1.0, np.nan, 0.0]]))
+  with pytest.raises(ValueError, match="empty"):
+    knn.prepare_pool(np.zeros((0, 3)))
 
 
 def test_oos_threshold_and_metrics():

@@ -25,6 +25,10 @@ Tie rules (all deterministic, and the same in every variant):
 
 Every prediction comes with its neighbours (pool indices and scores, best first), so a
 caller can show the pool texts and labels that decided it.
+
+A caller that searches one pool many times (a classifier, a server) places it once
+(`prepare_pool`): normalising and copying a 1,000-row pool costs more than searching it
+for a few queries.
 """
 
 from __future__ import annotations
@@ -150,14 +154,57 @@ def pool_rows(m: int) -> int:
   return _round_up(m, 256)
 
 
+class DevicePool(NamedTuple):
+  """A pool normalised and placed on the devices once (`prepare_pool`), for many searches.
+
+  chunks: per chunk, [chunk_rows, d] float32 unit rows (zero past the pool's end), sharded
+    over the mesh's `data` axis when there is a mesh; valid: per chunk, [chunk_rows] bool.
+  size: the pool's m rows; mesh: what the chunks are sharded over (None: one device).
+  """
+  chunks: tuple[jax.Array, ...]
+  valid: tuple[jax.Array, ...]
+  size: int
+  mesh: Mesh | None
+
+
+def prepare_pool(pool, *, chunk_size: int | None = None, mesh: Mesh | None = None) -> DevicePool:
+  """`pool` [m, d] float normalised and placed for `search`: in chunks of `chunk_size` rows
+  (default the whole pool in a multiple of 256 rows, `pool_rows`), rounded up to a multiple
+  of the `data` axis size; each chunk sharded over it when `mesh` is given."""
+  pool = _finite(np.asarray(pool, np.float32), "pool")
+  if pool.shape[0] == 0:
+    raise ValueError("the k-NN pool is empty")
+  placed = list(_placed(pool, chunk_size or pool_rows(pool.shape[0]), mesh))
+  return DevicePool(tuple(c for c, _ in placed), tuple(v for _, v in placed), pool.shape[0], mesh)
+
+
+def _placed(pool: np.ndarray, chunk: int, mesh: Mesh | None):
+  """(unit rows [chunk, d] float32, valid [chunk] bool) on the devices, one chunk at a time:
+  each pool row is normalised once, on its way there."""
+  rows = None if mesh is None else NamedSharding(mesh, P(DATA))
+  chunk = _round_up(chunk, 1 if mesh is None else mesh.shape[DATA])
+  for start in range(0, pool.shape[0], chunk):
+    part = np.zeros((chunk, pool.shape[1]), np.float32)
+    stop = min(start + chunk, pool.shape[0])
+    part[:stop - start] = pool[start:stop]
+    yield normalize(jax.device_put(part, rows)), jax.device_put(np.arange(chunk) < stop - start, rows)
+
+
+def _finite(x: np.ndarray, name: str) -> np.ndarray:
+  if not np.isfinite(x).all():
+    bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+    raise ValueError(f"k-NN {name}: {len(bad)} row(s) hold NaN or inf (first: row {bad[0]})")
+  return x
+
+
 def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int | None = None,
            mesh: Mesh | None = None) -> tuple[np.ndarray, np.ndarray]:
   """The k most cosine-similar pool rows of every query.
 
   Args:
     queries: [n, d] float array (host or device).
-    pool: [m, d] float array; kept on the host when chunked, so only one chunk at a time
-      is on the devices.
+    pool: [m, d] float array, kept on the host when chunked, so only one chunk at a time
+      is on the devices; or a `DevicePool`, which fixes chunks and mesh.
     k: neighbours per query, 1 <= k <= m.
     batch_size: queries per compiled call.
     chunk_size: pool rows per device pass (the whole pool, in a multiple of 256 rows,
@@ -166,42 +213,40 @@ def search(queries, pool, *, k: int = 1, batch_size: int = 256, chunk_size: int 
   Returns:
     scores [n, k] float32 and indices [n, k] int32, best first, ties by lower index.
   """
-  queries = np.asarray(queries, np.float32)
-  pool = np.asarray(pool, np.float32)
-  for name, x in (("queries", queries), ("pool", pool)):
-    if not np.isfinite(x).all():
-      bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
-      raise ValueError(f"k-NN {name}: {len(bad)} row(s) hold NaN or inf (first: row {bad[0]})")
-  n, m = queries.shape[0], pool.shape[0]
+  queries = _finite(np.asarray(queries, np.float32), "queries")
+  if isinstance(pool, DevicePool):
+    if chunk_size is not None or mesh is not None:
+      raise ValueError("a DevicePool has its chunks and mesh already (prepare_pool)")
+    m, mesh, chunks = pool.size, pool.mesh, zip(pool.chunks, pool.valid)
+  else:
+    pool = _finite(np.asarray(pool, np.float32), "pool")
+    m = pool.shape[0]
+    # A chunk holds at least k rows.
+    chunks = _placed(pool, max(chunk_size or pool_rows(m), k), mesh)
   if not 1 <= k <= m:
     raise ValueError(f"k={k} must be between 1 and the pool size {m}")
+  n = queries.shape[0]
   # Fewer queries than a batch run as the smallest power of two that holds them: one
   # query costs a one-row search, not a full batch's, in log2(batch_size) + 1 shapes.
   batch_size = min(batch_size, _power_of_two_at_least(n))
-  shards = mesh.shape[DATA] if mesh is not None else 1
-  chunk = _round_up(max(chunk_size or pool_rows(m), k), shards)
   num_batches = max(1, math.ceil(n / batch_size))
   padded = np.zeros((num_batches * batch_size, queries.shape[1]), np.float32)
   padded[:n] = queries
   if mesh is None:
-    rows = replicated = None
+    replicated = None
     step = partial(_step, k=k)
   else:
-    rows, replicated = NamedSharding(mesh, P(DATA)), NamedSharding(mesh, P())
+    replicated = NamedSharding(mesh, P())
     step = partial(_sharded_step, k=k, mesh=mesh)
   q_batches = [normalize(jax.device_put(padded[i * batch_size:(i + 1) * batch_size], replicated))
                for i in range(num_batches)]
-  run = [(jnp.full((batch_size, k), -jnp.inf, jnp.float32),
-          jnp.full((batch_size, k), _NO_INDEX, jnp.int32))] * num_batches
-  for start in range(0, m, chunk):
-    part = np.zeros((chunk, pool.shape[1]), np.float32)
-    stop = min(start + chunk, m)
-    part[:stop - start] = pool[start:stop]
-    # Each pool row is normalised once, on its way onto the devices.
-    part = normalize(jax.device_put(part, rows))
-    valid = jax.device_put(np.arange(chunk) < stop - start, rows)
-    offset = jnp.int32(start)
-    run = [step(q, part, valid, offset, *state) for q, state in zip(q_batches, run)]
+  # Host arrays: built on the device they would cost a dispatch each.
+  run = [(np.full((batch_size, k), -np.inf, np.float32),
+          np.full((batch_size, k), _NO_INDEX, np.int32))] * num_batches
+  start = 0
+  for part, valid in chunks:
+    run = [step(q, part, valid, np.int32(start), *state) for q, state in zip(q_batches, run)]
+    start += part.shape[0]
   scores = np.concatenate([np.asarray(s) for s, _ in run])[:n]
   indices = np.concatenate([np.asarray(i) for _, i in run])[:n]
   return scores, indices
@@ -254,7 +299,7 @@ def knn_predict(queries, pool, pool_labels, *, k: int = 1, vote: str = "majority
 
   Args:
     queries: [n, d] float encodings to classify.
-    pool: [m, d] float encodings of the labelled examples.
+    pool: [m, d] float encodings of the labelled examples, or a `DevicePool` of them.
     pool_labels: [m] int labels of the pool.
     k, batch_size, chunk_size, mesh: as in `search`.
     vote: "majority" or "weighted", used when k > 1.
