@@ -1,16 +1,19 @@
-"""Stage 2 step time per objective: the paper's pairs against label batches, same run.
+"""Stage 2 step time per objective and compute dtype: the paper's pairs against label
+batches, float32 against bfloat16, same run.
 
 Run by hand from the repository root (idle machine; nothing else running):
 
   python benchmarks/stage2_objectives.py [--objectives ocl+dense_ocl+dense_cos+supcon]
-      [--steps 20] [--dataset banking77] [--shots 10]
+      [--dtypes float32 bfloat16] [--steps 20] [--dataset banking77] [--shots 10]
 
 Each objective is the Stage 2 task as `configs/stage2.py` builds it (all-MiniLM-L6-v2,
 32 pairs a step for the paper's sparse pairs, 16 intents x 4 utterances for the dense
 objectives: at most 64 sentences a step either way), stepped by the trainer's own jitted
 train step on the task's own packed batches. After two warm-up steps per objective (the
 compile), the objectives take turns step by step, so background load falls on all alike.
-Prints per objective the median step time, the real sentences a step encodes, the pairs
+`--dtypes` runs each objective at each compute dtype (`model.dtype`: parameters, gradients
+and optimiser state stay float32; products in that dtype, accumulated in float32).
+Prints per objective and dtype the median step time, the real sentences a step encodes, the pairs
 its loss scores, both per second, and the step time relative to the first objective.
 """
 
@@ -27,7 +30,7 @@ import harness
 import numpy as np
 
 
-def _task(objective: str, dataset: str, shots: int, steps: int):
+def _task(objective: str, dtype: str, dataset: str, shots: int, steps: int):
   import jax  # pylint: disable=import-outside-toplevel
   from convfit_jax import sharding  # pylint: disable=import-outside-toplevel
   from convfit_jax.configs import stage2 as settings  # pylint: disable=import-outside-toplevel
@@ -36,6 +39,7 @@ def _task(objective: str, dataset: str, shots: int, steps: int):
   config.train.sampler, config.train.loss = settings.parse_objective(objective)
   config.train.max_steps = steps
   config.train.learning_rate = 1e-4
+  config.model.dtype = dtype
   mesh = sharding.make_mesh(1)
   task = stage2.Stage2(config, mesh)
   state, _ = trainer.init_state(config, task.built.model, task.total_steps, mesh)
@@ -64,14 +68,16 @@ def _task(objective: str, dataset: str, shots: int, steps: int):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--objectives", default="ocl+dense_ocl+dense_cos+supcon")
+  parser.add_argument("--dtypes", nargs="+", default=["float32"])
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--dataset", default="banking77")
   parser.add_argument("--shots", type=int, default=10)
   args = parser.parse_args()
-  names = args.objectives.split("+")
+  runs_of = [(o, d) for o in args.objectives.split("+") for d in args.dtypes]
+  names = [o if d == "float32" else f"{o} {d}" for o, d in runs_of]
   runs = {}
-  for name in names:
-    step, state = _task(name, args.dataset, args.shots, args.steps + 2)
+  for name, (objective, dtype) in zip(names, runs_of):
+    step, state = _task(objective, dtype, args.dataset, args.shots, args.steps + 2)
     for _ in range(2):
       state, _, _ = step(state)
     runs[name] = [step, state, []]
@@ -82,7 +88,7 @@ def main():
       record.append((seconds, *counts))
   print(f"{args.dataset} {args.shots or 'full'}-shot, all-MiniLM-L6-v2, {args.steps} timed steps each; "
         f"at the end {harness.machine()}")
-  print("| objective | median step ms | sentences a step | pairs scored a step | sentences/s | "
+  print("| objective (compute dtype) | median step ms | sentences a step | pairs scored a step | sentences/s | "
         f"pairs scored/s | step time / {names[0]} |")
   print("|---|---|---|---|---|---|---|")
   base = None

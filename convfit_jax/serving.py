@@ -13,7 +13,8 @@ add pydantic and its own 422 bodies for nothing we use. uvicorn runs it.
 
 Requests are gathered into batches (`Batcher`): one worker thread owns the classifier, and
 each device call takes every request that arrived while the previous call ran, or within
-`batch_wait_ms` of the first, up to `max_texts` texts. The encoder is compiled for exactly
+`batch_wait_ms` of the first (only under concurrent load: a lone request does not wait), up
+to `max_texts` texts. The encoder is compiled for exactly
 those calls before /health says ready (`Encoder.compile`), so no request waits on XLA.
 """
 
@@ -74,7 +75,8 @@ class Batcher:
   Args:
     predict: texts, explain -> one result per text; called in the worker thread only.
     settings: `max_texts` bounds a call; `batching` False gives each request its own call;
-      `batch_wait_ms` is how long a call waits for more requests after the first.
+      `batch_wait_ms` is how long a call waits for more requests after the first, when more
+      than one is queued or the last call held more than one.
   """
 
   def __init__(self, predict: Callable[[list[str], bool], list], settings: ServeSettings):
@@ -85,6 +87,7 @@ class Batcher:
     self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="classifier")
     self._task: asyncio.Task | None = None
     self.calls = 0  # device calls made: requests / calls is the batching achieved
+    self._last_group = 0  # requests in the last call
 
   def start(self) -> None:
     self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -114,7 +117,10 @@ class Batcher:
     s = self._settings
     if not s.batching:
       return [self._items.popleft()]
-    deadline = time.monotonic() + s.batch_wait_ms / 1000
+    # Wait for more only under concurrent load (more than one request queued now or in the
+    # last call): a lone client's request goes at once, as with batching off.
+    concurrent = len(self._items) > 1 or self._last_group > 1
+    deadline = time.monotonic() + (s.batch_wait_ms / 1000 if concurrent else 0)
     while sum(len(i.texts) for i in self._items) < s.max_texts:
       left = deadline - time.monotonic()
       if left <= 0:
@@ -129,6 +135,7 @@ class Batcher:
     while self._items and count + len(self._items[0].texts) <= s.max_texts:
       count += len(self._items[0].texts)
       group.append(self._items.popleft())
+    self._last_group = len(group)
     return group
 
   async def _loop(self) -> None:

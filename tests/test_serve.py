@@ -149,6 +149,34 @@ def test_batcher_gathers_concurrent_requests_in_order():
   assert len(calls) == 6
 
 
+def test_a_lone_request_does_not_wait_for_company():
+  calls = []
+
+  def predict(texts, explain):
+    calls.append(list(texts))
+    return [{"label": t} for t in texts]
+
+  async def go():
+    b = Batcher(predict, ServeSettings(batch_wait_ms=400))
+    b.start()
+    start = time.monotonic()
+    for i in range(3):  # one client: each request goes alone, at once
+      await b.predict([f"lone {i}"])
+    lone = time.monotonic() - start
+    # Under concurrent load the wait applies: two requests queued together, then a third
+    # that arrives within the wait joins the next call's company.
+    first = asyncio.gather(b.predict(["a"]), b.predict(["b"]))
+    await first
+    late = asyncio.ensure_future(b.predict(["c"]))
+    await asyncio.sleep(0.05)
+    await asyncio.gather(late, b.predict(["d"]))
+    await b.stop()
+    return lone
+
+  assert asyncio.run(go()) < 0.3
+  assert calls == [["lone 0"], ["lone 1"], ["lone 2"], ["a", "b"], ["c", "d"]]
+
+
 def test_batcher_reports_failures_and_skips_cancelled_requests():
   def predict(texts, explain):
     if "bad" in texts:
