@@ -5,6 +5,7 @@ Run by hand from the repository root, on an idle machine:
   python benchmarks/serve_load.py [--model <saved classifier folder>] [--clients 1 8 32 128]
       [--requests 3080] [--json benchmarks/results/serve_load.json]
   python benchmarks/serve_load.py --table benchmarks/results/serve_load.json
+  python benchmarks/serve_load.py --call_sizes 1 8 16 32 64
 
 Without --model the classifier is all-MiniLM-L6-v2 (float32, max length 48) with banking77's
 10-shot sample (seed 0) as its pool, built with `add_examples`: serving costs what it costs
@@ -237,6 +238,9 @@ def main() -> None:
   p.add_argument("--requests", type=int, default=3080)
   p.add_argument("--json", type=Path)
   p.add_argument("--table", type=Path, help="print the table of a results file and exit")
+  p.add_argument("--call_sizes", type=int, nargs="+",
+                 help="only time, in this process, encode and predict_details called with this "
+                      "many texts a call (what the server's calls cost), and exit")
   args = p.parse_args()
   if args.table:
     print(table(json.loads(args.table.read_text())))
@@ -263,6 +267,9 @@ def main() -> None:
       return len(texts) / statistics.median(times)
 
     first_encode = encode_per_s(3)
+    if args.call_sizes:
+      print(_call_sizes(clf, texts, args.call_sizes, first_encode))
+      return
     expected = clf.predict_details(texts)
     n = args.requests
     cycled = [expected[i % len(texts)] for i in range(n)]
@@ -294,6 +301,27 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1) + "\n")
   print(table(results))
+
+
+def _call_sizes(clf, texts: list[str], sizes: list[int], whole: float) -> str:
+  """Texts/s of `encode` and `predict_details` called with g texts at a time over 1,536 of
+  the texts, the server's shapes compiled first, against a whole-set encode pass."""
+  clf.encoder.compile(256, batch_size=32, normalize=True)
+  rows = [f"whole-set encode: {whole:.0f} sentences/s ({harness.machine()})", "",
+          "| texts a call | encode texts/s | x whole-set | ms a call | predict_details texts/s "
+          "| ms a call |", "|---|---|---|---|---|---|"]
+  for g in sizes:
+    calls = [texts[i:i + g] for i in range(0, 1536, g)]
+    rates = []
+    for fn in (lambda t: clf.encoder.encode(t, normalize=True), clf.predict_details):
+      fn(calls[0])
+      start = time.perf_counter()
+      for t in calls:
+        fn(t)
+      rates.append(sum(map(len, calls)) / (time.perf_counter() - start))
+    rows.append(f"| {g} | {rates[0]:.0f} | {rates[0] / whole:.2f} | {1000 * g / rates[0]:.1f} | "
+                f"{rates[1]:.0f} | {1000 * g / rates[1]:.1f} |")
+  return "\n".join(rows)
 
 
 def table(results: dict) -> str:
