@@ -14,8 +14,8 @@ add pydantic and its own 422 bodies for nothing we use. uvicorn runs it.
 Requests are gathered into batches (`Batcher`): one worker thread owns the classifier, and
 each device call takes every request that arrived while the previous call ran, or within
 `batch_wait_ms` of the first (only under concurrent load: a lone request does not wait), up
-to `max_texts` texts. The encoder is compiled for exactly
-those calls before /health says ready (`Encoder.compile`), so no request waits on XLA.
+to `max_texts` texts. The encoder is compiled for exactly those calls before /health says
+ready (`Encoder.compile`), so no request waits on XLA.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from transformers import AutoModel
 
 from convfit_jax.models import sentence
 from convfit_jax.models.sentence import SentenceEncoder, flat_params
-from convfit_jax.models.transformer import TransformerConfig, position_ids_for
+from convfit_jax.models.transformer import TransformerConfig, _Dense, position_ids_for
 
 
 def _torch_hidden(folder, ids, mask):
@@ -113,7 +113,6 @@ def test_unsupported_configs_are_named():
 
 
 def _dense_grads(dtype):
-  from convfit_jax.models.transformer import _Dense  # pylint: disable=import-outside-toplevel
   layer = _Dense(24, 40, init=nnx.initializers.lecun_normal(), dtype=dtype, rngs=nnx.Rngs(0))
   x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5, 24)), jnp.float32)
   loss = lambda m, x: jnp.sum(jnp.sin(m(x).astype(jnp.float32)))
@@ -138,8 +137,9 @@ def test_bfloat16_dense_runs_its_gradient_products_in_bfloat16():
   assert g_layer.kernel[...].dtype == jnp.float32 and g_x.dtype == jnp.float32
   ref_layer, _, _ = _dense_grads(jnp.float32)
   r_layer, r_x = grad(ref_layer, x)
-  for got, want in ((g_layer.kernel[...], r_layer.kernel[...]), (g_layer.bias[...], r_layer.bias[...]),
-                    (g_x, r_x)):
+  pairs = ((g_layer.kernel[...], r_layer.kernel[...]), (g_layer.bias[...], r_layer.bias[...]),
+           (g_x, r_x))
+  for got, want in pairs:
     got, want = np.asarray(got).ravel(), np.asarray(want).ravel()
     assert np.dot(got, want) / np.linalg.norm(got) / np.linalg.norm(want) > 0.999
   # The forward is nnx.Linear's with bfloat16 operands, accumulated in float32.

@@ -27,7 +27,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.allow_updates = a.allow_updates
   # Gather concurrent requests into one encoder call (False: one call per request).
   c.batching = a.batching
-  c.batch_wait_ms = 2.0  # how long a call waits for more requests after the first (under concurrent load only)
+  # How long a call waits for more requests after the first, under concurrent load only.
+  c.batch_wait_ms = 2.0
   c.max_texts = 256  # texts per request, and per encoder call; larger requests get 413
   c.max_body_bytes = 1 << 20  # request bodies above it get 413
   c.batch_size = 32  # packed rows per encoder call (the encoder's `batch_size`)

@@ -187,7 +187,8 @@ def _placed(pool: np.ndarray, chunk: int, mesh: Mesh | None):
     part = np.zeros((chunk, pool.shape[1]), np.float32)
     stop = min(start + chunk, pool.shape[0])
     part[:stop - start] = pool[start:stop]
-    yield normalize(jax.device_put(part, rows)), jax.device_put(np.arange(chunk) < stop - start, rows)
+    valid = jax.device_put(np.arange(chunk) < stop - start, rows)
+    yield normalize(jax.device_put(part, rows)), valid
 
 
 def _finite(x: np.ndarray, name: str) -> np.ndarray:

@@ -181,7 +181,7 @@ def _low_precision_dot(x: jax.Array, kernel: jax.Array) -> jax.Array:
   float32 product after a conversion: two thirds of a training step's FLOPs at float32
   speed, plus the conversions, so bfloat16 training was slower than float32 on CPU.
   """
-  return _dot_f32(x, kernel.astype(x.dtype), ((x.ndim - 1,), (0,)))
+  return _low_precision_dot_fwd(x, kernel)[0]
 
 
 def _low_precision_dot_fwd(x, kernel):
