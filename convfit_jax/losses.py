@@ -119,9 +119,16 @@ def smax_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array 
     logits = heads.pair_logits(u, v, params["kernel"], params["bias"])
   else:
     logits = params(u, v)
+  return cross_entropy(logits, labels, weights)
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None
+                  ) -> jax.Array:
+  """Weighted mean cross-entropy: logits [n, c] float, labels [n] int, weights [n] float32
+  or None -> scalar float32 (`smax_loss`'s and the Stage 2 intent head's)."""
   logp = jax.nn.log_softmax(logits, axis=-1)
   nll = -jnp.take_along_axis(logp, labels.astype(jnp.int32)[:, None], axis=-1)[:, 0]
-  return _weighted_mean(nll, _weights(weights, u.shape[0]))
+  return _weighted_mean(nll, _weights(weights, logits.shape[0]))
 
 
 def cos_loss(u: jax.Array, v: jax.Array, labels: jax.Array, weights: jax.Array | None = None,

@@ -558,3 +558,36 @@ def test_banking77_upstream_pipeline_builds_the_val_split(tmp_path, monkeypatch)
   assert not {tuple(r) for r in val_rows} & {tuple(r) for r in
                                              _csv_rows(folder / "train_minus_val.csv")[1:]}
   assert data.label_names == ("card", "fee") and len(data.test) == 12
+
+
+def test_label_texts_read_names_and_refuse_ids():
+  assert intent.label_texts(["Refund_not_showing_up", "card-arrival", "alarm_query"]) == (
+      "refund not showing up", "card arrival", "alarm query")
+  assert intent.label_texts(["pin", "12"]) is None and intent.label_texts([0, 1]) is None
+
+
+def test_label_texts_join_the_pool_not_the_training_set(tmp_path):
+  data = intent.load("banking77", shots=2, seed=0, label_texts_in_pool=True)
+  assert len(data.train) == 77 * 2 and len(data.pool) == 77 * 3
+  assert data.pool.texts[-77:] == intent.label_texts(data.label_names)
+  assert data.pool.labels[-77:].tolist() == list(range(77))
+  assert data.label_names[data.pool.labels[-1]] == "wrong_exchange_rate_for_cash_withdrawal"
+  rows = tmp_path / "ids.csv"
+  rows.write_text("text,label\nhello there,1\ngood morning,1\nbye now,2\nsee you,2\n")
+  with pytest.warns(UserWarning, match="intent names hold no words"):
+    ids = intent.load("csv", train_file=rows, test_file=rows, label_texts_in_pool=True)
+  assert len(ids.pool) == 4
+
+
+def test_a_description_column_gives_the_intents_texts_and_must_agree(tmp_path):
+  rows = tmp_path / "described.csv"
+  rows.write_text("text,label,about\nwhere is my card,c1,card has not arrived\n"
+                  "card still not here,c1,\nwhat is my balance,b7,money in my account\n"
+                  "how much do i have,b7,money in my account\n")
+  data = intent.load("csv", train_file=rows, test_file=rows, description_column="about")
+  assert data.label_texts == ("money in my account", "card has not arrived")
+  assert intent.load("csv", train_file=rows, test_file=rows).label_texts == ("b7", "c1")
+  rows.write_text(rows.read_text() + "show my balance,b7,the balance\n")
+  with pytest.raises(DataError, match=r"described.csv:6: intent 'b7' is described as 'the "
+                                      r"balance' in column 'about', but as 'money in my account' at line 4"):
+    intent.load("csv", train_file=rows, test_file=rows, description_column="about")

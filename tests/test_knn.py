@@ -247,3 +247,16 @@ def test_explain_lists_neighbours():
   got = knn.explain(result, 0, ["a", "b", "c"], [0, 1, 2], label_names=["x", "y", "z"])
   assert [(t, l) for t, l, _ in got] == [("a", "x"), ("b", "y")]
   assert got[0][2] == pytest.approx(1 / np.sqrt(1.25), abs=1e-6)
+
+
+def test_prototypes_are_unit_means_of_unit_rows_and_classify_by_the_nearest():
+  pool = np.array([[3.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, -2.0]], np.float32)
+  labels = np.array([4, 4, 1, 1])
+  centres, centre_labels = knn.prototypes(pool, labels)
+  assert centre_labels.tolist() == [1, 4] and centre_labels.dtype == np.int32
+  mean_1 = np.array([1 / np.sqrt(2), 1 / np.sqrt(2) - 1]) / 2
+  np.testing.assert_allclose(centres[0], mean_1 / np.linalg.norm(mean_1), rtol=1e-6)
+  np.testing.assert_allclose(centres[1], [1 / np.sqrt(2), 1 / np.sqrt(2)], rtol=1e-6)
+  # [0, 0.9] is nearest a pool row of intent 4 and nearest intent 4's mean; [0.2, -1] intent 1's.
+  queries = np.array([[0.0, 0.9], [0.2, -1.0]], np.float32)
+  assert knn.knn_predict(queries, centres, centre_labels).predictions.tolist() == [4, 1]

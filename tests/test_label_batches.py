@@ -159,3 +159,55 @@ def test_fewer_intents_than_a_batch_asks_for_fill_it_with_every_intent(table, in
 def test_enough_intents_keep_the_layout_asked():
   assert lb.layout(LABELS, 3, 3)[:3] == (3, 3, False)
   assert lb.layout(np.repeat(np.arange(32), 10), 32, 2)[:3] == (32, 2, False)
+
+
+def _table_with_texts(table, num_labels):
+  """`table` (70 utterances) and one more row per intent: its text."""
+  texts = np.resize(table.input_ids[:num_labels] + 1, (num_labels, table.width))
+  return batching.SentenceTable(np.concatenate([table.input_ids, texts]),
+                                np.concatenate([table.attention_mask,
+                                                table.attention_mask[:num_labels]]))
+
+
+@pytest.mark.parametrize("process_count", [1, 3])
+def test_views_encode_every_place_apart_and_anchors_join_the_intents_of_a_batch(table,
+                                                                               process_count):
+  p, k, views = 3, 3, 2
+  num_labels = int(LABELS.max()) + 1
+  full = _table_with_texts(table, num_labels)
+  b = lb.batch_places(p, k, process_count, views=views, anchors=True)
+  assert b == -(-(p * k + p) * views // process_count) * process_count
+  with pytest.raises(ValueError, match="7 intent texts expected"):
+    next(lb.label_batches(table, LABELS, labels_per_batch=p, examples_per_label=k, rows=9,
+                          anchors=True, process_index=0, process_count=1))
+  rows = lb.label_batch_rows(full, LABELS, labels_per_batch=p, examples_per_label=k, seed=0,
+                             num_steps=4, process_count=process_count, views=views, anchors=True)
+  plain = _run(table, p, k, steps=4)
+  parts = [list(lb.label_batches(full, LABELS, labels_per_batch=p, examples_per_label=k, rows=rows,
+                                 num_steps=4, places=b, views=views, anchors=True, process_index=i,
+                                 process_count=process_count)) for i in range(process_count)]
+  for step, reference in enumerate(plain):
+    batch = lb.LabelBatch(*[np.concatenate([getattr(q[step], f) for q in parts])
+                            for f in lb.LabelBatch._fields])
+    base = p * k + p
+    # The groups are the plain batch's; the anchor block holds each present intent's text once.
+    assert np.array_equal(batch.sentence_ids[:p * k], reference.sentence_ids)
+    assert np.array_equal(batch.weights[:p * k], reference.weights)
+    present = np.unique(LABELS[reference.sentence_ids[reference.weights > 0]])
+    anchors = batch.sentence_ids[p * k:base][batch.weights[p * k:base] > 0]
+    assert np.array_equal(anchors, len(LABELS) + present)
+    assert np.array_equal(batch.labels[p * k:base][batch.weights[p * k:base] > 0], present)
+    # The second view repeats the first place for place; padding beyond weighs nothing.
+    for field in ("sentence_ids", "labels", "weights"):
+      assert np.array_equal(getattr(batch, field)[base:2 * base], getattr(batch, field)[:base])
+    assert np.all(batch.weights[2 * base:] == 0)
+    # Each real copy is packed apart (its own slot: its own dropout) and holds its tokens.
+    real = np.flatnonzero(batch.weights > 0)
+    slots = {tuple(batch.slots[i]) for i in real}
+    assert len(slots) == len({(batch.sentence_ids[i], i >= base) for i in real})
+    assert tuple(batch.slots[real[0]]) != tuple(batch.slots[real[0] + base])
+    for i in real:
+      sid = batch.sentence_ids[i]
+      assert np.array_equal(_tokens(batch, i), full.input_ids[sid][full.attention_mask[sid] == 1])
+  line = lb.summary(LABELS, p, k, views=views, anchors=True)
+  assert "each group joined by its intent's text" in line and "encoded 2 times" in line

@@ -1,6 +1,7 @@
 """Stage 2 end to end on a tiny random BERT: metrics, export, resume after a kill, NaN stop."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,44 @@ def test_label_batches_train_on_a_users_csv(loss, tiny_bert_dir, tmp_path):
   assert not np.allclose(moved, start)
 
 
+def test_anchors_views_and_an_intent_head_train_together(tiny_bert_dir, tmp_path):
+  fixtures = REPO / "tests" / "fixtures"
+  o = _overrides(tiny_bert_dir, tmp_path, **{
+      "data.name": "csv", "data.train_file": str(fixtures / "intent_train.csv"),
+      "data.test_file": str(fixtures / "intent_test.csv"), "data.shots": 0,
+      "train.labels_per_batch": 3, "train.examples_per_label": 2, "train.max_steps": 4,
+      "train.label_anchors": True, "train.views": 2, "train.head_weight": 0.5})
+  metrics = stage2.train_and_evaluate(_config("sampler=labels,loss=supcon", **o))
+  # 3 intents x 2 utterances, the 3 intents' names, all twice.
+  assert metrics["sentences_per_step"] == (3 * 2 + 3) * 2
+  for key in ("head_accuracy", "prototype_accuracy", "prototype_accuracy_before"):
+    assert 0.0 <= metrics[key] <= 1.0, key
+  assert "head_accuracy_before" not in metrics  # an untrained head says nothing
+  log = (tmp_path / "log.txt").read_text()
+  assert "each group joined by its intent's text" in log and "encoded 2 times" in log
+  assert re.search(r"steps 1-2: loss [\d.]+, contrast [\d.]+, head [\d.]+,", log)
+
+
+def test_the_head_loss_is_the_weighted_cross_entropy_of_its_logits(tiny_bert_dir):
+  from convfit_jax import models  # pylint: disable=import-outside-toplevel
+  c = _config("sampler=labels,loss=supcon", **_overrides(tiny_bert_dir, "/tmp/unused"))
+  model = models.get("siamese").build(c.model, seed=0, intent_labels=3).model
+  h = model.intent_head
+  h.kernel[...] = np.random.default_rng(0).normal(size=h.kernel.shape).astype(np.float32)
+  ids = np.array([[101, 2000, 102, 0], [101, 2001, 2002, 102], [101, 2003, 102, 0]], np.int32)
+  batch = {"input_ids": ids, "attention_mask": (ids > 0).astype(np.int32),
+           "position_ids": np.tile(np.arange(4, dtype=np.int32), (3, 1)),
+           "slots": np.array([[0, 1], [1, 1], [2, 1]], np.int32),
+           "labels": np.array([0, 0, 2], np.int32), "weights": np.array([1, 1, 0], np.float32)}
+  out = stage2.dense_loss_fn(model, batch, None, loss="supcon", options={}, head_weight=0.25)
+  emb = model.encoder(batch["input_ids"], batch["attention_mask"], position_ids=batch["position_ids"],
+                      slots=batch["slots"])
+  logits = np.asarray(h(emb), np.float64)
+  log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+  np.testing.assert_allclose(out["head"], -log_p[[0, 1], [0, 0]].mean(), rtol=1e-5)
+  np.testing.assert_allclose(out["loss"], out["contrast"] + 0.25 * out["head"], rtol=1e-6)
+
+
 def test_dry_run_counts_without_training(tiny_bert_dir, tmp_path):
   metrics = stage2.train_and_evaluate(_config(**_overrides(tiny_bert_dir, tmp_path), dry_run=True))
   assert metrics["pairs_positive"] == 77 and metrics["memory_estimate"]["total_mib"] > 0
@@ -155,6 +194,15 @@ def test_sampler_and_loss_combinations_are_checked():
   c = _config("sampler=labels")
   c.train.examples_per_label = 1
   with pytest.raises(ValueError, match="must be >= 2"):
+    stage2.check_train_config(c.train)
+  for field, value in (("views", 2), ("label_anchors", True), ("head_weight", 0.1)):
+    c = _config()
+    c.train[field] = value
+    with pytest.raises(ValueError, match="need train.sampler=labels"):
+      stage2.check_train_config(c.train)
+  c = _config("sampler=labels")
+  c.train.views = 0
+  with pytest.raises(ValueError, match="train.views=0"):
     stage2.check_train_config(c.train)
   assert set(losses.DENSE_LOSSES) == set(losses.STAGE2_LOSSES) | {"supcon"}
   for name in ("ocl", "dense_ocl", "dense_cos", "supcon"):

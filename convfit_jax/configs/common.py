@@ -86,6 +86,7 @@ def data_config(dataset: str = "banking77", shots: int = 10, seed: int = 0) -> m
   d.val_file = ""
   d.text_column = "text"
   d.label_column = "label"
+  d.description_column = ""  # name=csv: a column saying what each intent is (else its name)
   d.train_split = "train"  # banking77/hwu64 also: train_minus_val (DialoGLUE's train)
   d.include_oos = False  # clinc150: add the out-of-scope rows as label `oos`
   d.shots = shots  # examples per intent; 0 = all
@@ -93,6 +94,7 @@ def data_config(dataset: str = "banking77", shots: int = 10, seed: int = 0) -> m
   d.seed = seed  # few-shot sample and pair construction
   d.intents = 0  # > 0: a seeded choice (data.seed) of this many intents, every split cut to them
   d.pool_shots = -1  # k-NN pool: -1 = the training examples, 0 = all train rows, N per label
+  d.label_texts_in_pool = False  # each intent as text (description or name) joins the pool
   d.negatives = 3 if shots else 1  # n: negatives per side of each positive pair (Stage 2)
   d.max_pairs_per_label = 0  # cap positives per label (0 = none); full data grows quadratically
   return d

@@ -44,6 +44,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.batch_size = 32  # pairs per step (global; a multiple of the device count)
   c.train.labels_per_batch = 16  # P (sampler=labels); P*K a multiple of the device count
   c.train.examples_per_label = 4  # K >= 2; an intent's last group of an epoch may be shorter
+  # sampler=labels: each intent's name as text ("card arrival") joins its groups in a batch,
+  # one more member of the intent (FastFit's anchors); a set whose names hold no words (ids)
+  # says so and trains without.
+  c.train.label_anchors = False
+  c.train.views = 1  # sampler=labels: R copies of each sentence a batch, R dropout views
+  # sampler=labels: > 0 trains a linear intent head on the unit embedding (logits at `scale`)
+  # beside the contrastive loss, loss = contrast + head_weight * cross-entropy; the k-NN
+  # evaluator then also reports head_accuracy. 0: no head.
+  c.train.head_weight = 0.0
   # Dense pair losses: total negative weight / total positive weight in a batch; 0 weighs
   # every pair 1 (about P times more negatives than positives); 6 = the paper's pairs at n=3.
   c.train.negative_ratio = 6.0

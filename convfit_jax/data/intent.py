@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -73,6 +74,8 @@ class IntentData:
     test: the test set.
     val: the validation set, or None.
     full_train: every training row, in file order.
+    label_texts: each intent as text (`label_texts`: its description or readable name),
+      or None when the names hold no words.
   """
   name: str
   label_names: tuple[str, ...]
@@ -81,10 +84,22 @@ class IntentData:
   test: IntentSplit
   val: IntentSplit | None
   full_train: IntentSplit
+  label_texts: tuple[str, ...] | None = None
 
   @property
   def num_labels(self) -> int:
     return len(self.label_names)
+
+
+def label_texts(label_names: Sequence, descriptions: Mapping[str, str] | None = None
+                ) -> tuple[str, ...] | None:
+  """Each intent as text to encode: its description when `descriptions` has one, else its
+  name made readable ('card_arrival' -> 'card arrival'); None when some text holds no
+  letter: ids such as '12' or 7 say nothing about their intent."""
+  descriptions = descriptions or {}
+  texts = tuple(descriptions.get(n) or " ".join(str(n).replace("_", " ").replace("-", " ").split()).lower()
+                for n in label_names)
+  return texts if all(any(c.isalpha() for c in t) for t in texts) else None
 
 
 def from_lists(texts: Sequence[str], labels: Sequence, name: str = "memory") -> IntentData:
@@ -95,7 +110,7 @@ def from_lists(texts: Sequence[str], labels: Sequence, name: str = "memory") -> 
   vocab = {l: i for i, l in enumerate(label_names)}
   rows = IntentSplit(tuple(texts), np.asarray([vocab[l] for l in labels], np.int32))
   empty = IntentSplit((), np.zeros(0, np.int32))
-  return IntentData(name, label_names, rows, rows, empty, None, rows)
+  return IntentData(name, label_names, rows, rows, empty, None, rows, label_texts(label_names))
 
 
 def unknown_dataset_error(name: str) -> ValueError:
@@ -182,9 +197,10 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
                      test_file: str | os.PathLike | None = None,
                      val_file: str | os.PathLike | None = None,
                      text_column: str = "text", label_column: str = "label",
-                     shots: int = 0, seed: int = 0, pool_shots: int | None = None,
+                     description_column: str = "", shots: int = 0, seed: int = 0, pool_shots: int | None = None,
                      allow_fewer: bool = False, train_split: str = "train",
                      include_oos: bool = True, intents: int = 0,
+                     label_texts_in_pool: bool = False,
                      urls: Mapping[str, tuple[str, str]] | None = None,
                      cache_dir: str | os.PathLike | None = None) -> IntentData:
   """Loads an intent dataset with its few-shot training set and k-NN pool.
@@ -195,6 +211,8 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
     train_file, test_file, val_file: user files (name='csv'; CSV, TSV or JSONL by
       suffix). For a built-in set, they replace its files when given.
     text_column, label_column: column (or JSON key) names in user files.
+    description_column: a column of the training files saying what each intent is
+      (`label_texts`; '' = none: names are read as text).
     shots: training examples per label (0 = all).
     seed: few-shot sampling seed.
     pool_shots: k-NN pool: None = the training set, 0 = all training rows, N =
@@ -205,6 +223,8 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
     include_oos: clinc150 only: add its out-of-scope rows with label 'oos'.
     intents: a seeded choice (`seed`) of this many of the training data's intents; every
       split keeps only their rows, ids over the chosen ones (0 = every intent).
+    label_texts_in_pool: each intent as text (`label_texts`) joins the k-NN pool as one more
+      example of its intent; names that hold no words are left out, with a warning.
     urls: {file name: (url, sha256)} to download a built-in set from when no local copy exists.
     cache_dir: download cache (default ~/.cache/convfit_jax); banking77 and clinc150 are
       downloaded from their upstream files into it when no local copy exists (see
@@ -215,8 +235,9 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
   if name == "csv":
     if train_file is None or test_file is None:
       raise ValueError("name='csv' needs train_file and test_file")
-    read = lambda f: [read_labelled_file(f, text_column, label_column)]
-    train_files, test_files = read(train_file), read(test_file)
+    read = lambda f, **kw: [read_labelled_file(f, text_column, label_column, **kw)]
+    train_files = read(train_file, description_column=description_column)
+    test_files = read(test_file)
     val_files = read(val_file) if val_file else None
   else:
     folder = None
@@ -250,14 +271,25 @@ def load(name: str, *, data_dir: str | os.PathLike | None = None,
   else:
     pool = full_train.subset(sampling.few_shot_indices(full_train.texts, full_train.labels, label_names,
                                               pool_shots, seed, allow_fewer))
-  return IntentData(name, label_names, train, pool, test, val, full_train)
+  descriptions = {l: d for lf in train_files for l, d in lf.descriptions.items()}
+  texts = label_texts(label_names, descriptions)
+  if label_texts_in_pool:
+    if texts is None:
+      warnings.warn(f"data.label_texts_in_pool: {name}'s intent names hold no words "
+                    f"({', '.join(map(str, label_names[:3]))}, ...); the pool keeps its examples only",
+                    stacklevel=2)
+    else:
+      pool = IntentSplit(pool.texts + texts, np.concatenate(
+          [pool.labels, np.arange(len(label_names), dtype=np.int32)]))
+  return IntentData(name, label_names, train, pool, test, val, full_train, texts)
 
 
 def from_config(config) -> IntentData:
   """`load` from a `config.data`-style mapping (ConfigDict or dict).
 
   Reads name, data_dir, train_file, test_file, val_file, text_column,
-  label_column, shots, seed, pool_shots, allow_fewer, train_split, include_oos, intents;
+  label_column, description_column, shots, seed, pool_shots, allow_fewer, train_split, include_oos, intents,
+  label_texts_in_pool;
   missing or empty ('' / None) fields take the defaults.
   """
   get = config.get
@@ -269,9 +301,11 @@ def from_config(config) -> IntentData:
     kwargs["pool_shots"] = None
   return load(
     get("name"), text_column=get("text_column", "text"), label_column=get("label_column", "label"),
+    description_column=get("description_column", "") or "",
     shots=int(get("shots", 0)), seed=int(get("seed", 0)),
     allow_fewer=bool(get("allow_fewer", False)), train_split=get("train_split", "train") or "train",
-    include_oos=bool(get("include_oos", True)), intents=int(get("intents", 0)), **kwargs)
+    include_oos=bool(get("include_oos", True)), intents=int(get("intents", 0)),
+    label_texts_in_pool=bool(get("label_texts_in_pool", False)), **kwargs)
 
 
 def for_evaluation(data_config, *, oos: bool = False) -> IntentData:
@@ -285,7 +319,7 @@ def for_evaluation(data_config, *, oos: bool = False) -> IntentData:
   oos_id = data.label_names.index(OOS_LABEL)
   keep = lambda split: split.subset(np.flatnonzero(split.labels != oos_id))
   return IntentData(data.name, data.label_names, keep(data.train), keep(data.pool), data.test,
-                    data.val, keep(data.full_train))
+                    data.val, keep(data.full_train), data.label_texts)
 
 
 def subsample(split: IntentSplit, max_rows: int, seed: int) -> IntentSplit:

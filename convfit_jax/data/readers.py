@@ -140,17 +140,23 @@ def _read_jsonl(path: Path, columns: Sequence[str], wanted: Sequence[str]):
 
 @dataclasses.dataclass(frozen=True)
 class LabelledFile:
-  """The rows of one labelled file, in file order."""
+  """The rows of one labelled file, in file order; `descriptions`: label -> its text, from
+  the description column when one was read."""
   path: Path
   texts: list[str]
   labels: list[str]
   lines: list[int]
+  descriptions: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def read_labelled_file(path: str | os.PathLike, text_column: str = "text",
                        label_column: str = "label", fmt: str | None = None,
-                       warn_duplicates: bool = True) -> LabelledFile:
+                       warn_duplicates: bool = True, description_column: str = "") -> LabelledFile:
   """Reads (text, label) rows; an empty text or label is a DataError naming the line.
+
+  `description_column`: a column saying in words what each row's intent is ("card has not
+  arrived yet"); one intent's rows must agree (blank cells say nothing), else a DataError
+  names both lines.
 
   Repeated (text, label) rows are kept, with one DuplicateRowsWarning giving their count
   (unless `warn_duplicates` is False: the package's own copies of the public sets have
@@ -160,8 +166,16 @@ def read_labelled_file(path: str | os.PathLike, text_column: str = "text",
   texts, labels, lines = [], [], []
   first_seen: dict[tuple[str, str], int] = {}
   duplicates = []
-  for lineno, row in read_rows(path, (text_column, label_column), fmt=fmt):
+  descriptions: dict[str, tuple[str, int]] = {}
+  columns = (text_column, label_column) + ((description_column,) if description_column else ())
+  for lineno, row in read_rows(path, columns, fmt=fmt):
     text, label = row[text_column], row[label_column].strip()
+    described = " ".join(row.get(description_column, "").split()) if description_column else ""
+    if described:
+      said, where = descriptions.setdefault(label, (described, lineno))
+      if said != described:
+        raise DataError(f"{path}:{lineno}: intent {label!r} is described as {described!r} in "
+                        f"column {description_column!r}, but as {said!r} at line {where}")
     if not text.strip():
       raise DataError(f"{path}:{lineno}: empty text in column {text_column!r}")
     if not label:
@@ -181,4 +195,4 @@ def read_labelled_file(path: str | os.PathLike, text_column: str = "text",
     warnings.warn(DuplicateRowsWarning(
       f"{path}: {len(duplicates)} duplicated row(s) kept (first: line {line} repeats line {orig})"),
       stacklevel=2)
-  return LabelledFile(path, texts, labels, lines)
+  return LabelledFile(path, texts, labels, lines, {l: d for l, (d, _) in descriptions.items()})

@@ -22,7 +22,7 @@ from convfit_jax.evaluators import TextEncoder, knn, metrics, mlp, plots
 def evaluate_intents(encoder: TextEncoder, data: IntentData, *, k: int = 1, vote: str = "majority",
                      batch_size: int = 32, test: IntentSplit | None = None, run_mlp: bool = False,
                      oos: bool = False, seed: int = 0, tsne_path: str | Path | None = None,
-                     tsne_title: str = "", suffix: str = "") -> dict[str, Any]:
+                     tsne_title: str = "", suffix: str = "", head=None) -> dict[str, Any]:
   """k-NN intent accuracy of `encoder` on `data`, with the diagnostics the paper reports.
 
   Args:
@@ -34,9 +34,12 @@ def evaluate_intents(encoder: TextEncoder, data: IntentData, *, k: int = 1, vote
       a similarity threshold chosen on `data.val` maps low-confidence queries to `oos`.
     tsne_path: write the t-SNE PNG of the test encodings there.
     suffix: appended to every metric name (e.g. "_pool30").
+    head: a trained intent head (`train.stage2.IntentScorer`: `logits(unit [n, d])` over
+      its `label_names`), scored as head_accuracy.
   Returns:
-    knn_accuracy, macro_f1, silhouette, top_confusions, num_test, num_pool, num_train (and
-    mlp_accuracy, oos_* when asked), each name + suffix.
+    knn_accuracy, prototype_accuracy (the nearest intent mean, `knn.prototypes`), macro_f1,
+    silhouette, top_confusions, num_test, num_pool, num_train (and
+    mlp_accuracy, head_accuracy, oos_* when asked), each name + suffix.
   """
   test = data.test if test is None else test
   names = data.label_names
@@ -53,6 +56,13 @@ def evaluate_intents(encoder: TextEncoder, data: IntentData, *, k: int = 1, vote
   out["top_confusions"] = metrics.confusion_pairs(test.labels[in_scope], pred[in_scope], top=10,
                                                   label_names=names)
   out["silhouette"] = metrics.silhouette(test_x[in_scope], test.labels[in_scope])
+  centres, centre_labels = knn.prototypes(pool_x, pool.labels)
+  by_prototype = knn.knn_predict(test_x, centres, centre_labels).predictions
+  out["prototype_accuracy"] = metrics.accuracy(test.labels[in_scope], by_prototype[in_scope])
+  if head is not None:
+    ids = np.asarray([names.index(n) for n in head.label_names])
+    by_head = ids[np.argmax(head.logits(test_x), axis=1)]
+    out["head_accuracy"] = metrics.accuracy(test.labels[in_scope], by_head[in_scope])
   # The nearest pool example behind the first test predictions: the decision is readable.
   out["examples"] = [{"text": test.texts[i], "label": names[test.labels[i]],
                       "predicted": names[pred[i]],
@@ -139,7 +149,8 @@ class Evaluator:
     out = evaluate_intents(encoder, self.data, k=e.k, vote=e.vote, batch_size=e.batch_size,
                            test=self.test, run_mlp=e.mlp, oos=e.oos, seed=self.seed,
                            tsne_path=self.workdir / png if e.tsne and when != "during" else None,
-                           tsne_title=title)
+                           tsne_title=title,
+                           head=predictors.get("intent_head") if when != "before" else None)
     if when == "after":
       for pool_shots in e.extra_pools:
         # The same encoder, a larger k-NN pool: the paper's inference-time augmentation.

@@ -320,6 +320,23 @@ def knn_predict(queries, pool, pool_labels, *, k: int = 1, vote: str = "majority
   return KNNResult(predictions, indices, scores)
 
 
+def prototypes(pool, pool_labels) -> tuple[np.ndarray, np.ndarray]:
+  """Each intent's prototype: the L2-normalised mean of its pool rows' unit encodings.
+
+  Args:
+    pool: [m, d] float encodings; pool_labels: [m] int.
+  Returns:
+    ([c, d] float32 prototypes, [c] int32 their labels) for the c labels the pool has; a
+    1-NN search over them (`knn_predict`) is nearest-prototype classification.
+  """
+  pool = _finite(np.asarray(pool, np.float32), "pool")
+  unit = pool / np.maximum(np.linalg.norm(pool, axis=1, keepdims=True), 1e-12)
+  labels, inverse = np.unique(np.asarray(pool_labels), return_inverse=True)
+  sums = np.zeros((len(labels), pool.shape[1]), np.float32)
+  np.add.at(sums, inverse.reshape(-1), unit)
+  return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12), labels.astype(np.int32)
+
+
 def explain(result: KNNResult, i: int, pool_texts, pool_labels, label_names=None
             ) -> list[tuple[str, int | str, float]]:
   """The neighbours behind prediction i: (pool text, label or label name, similarity), best first."""

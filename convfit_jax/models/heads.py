@@ -80,6 +80,29 @@ class Projection(nnx.Module):
     return jnp.tanh(self.dense(x).astype(jnp.float32))
 
 
+class IntentHead(nnx.Module):
+  """A linear intent classifier on the unit sentence vector, trained beside the contrastive
+  loss (`train.head_weight`): logits = scale * unit(e) @ kernel + bias.
+
+  On the unit vector, so the head reads the L2-normalised encodings k-NN reads; kernel and
+  bias start at zero (every intent equally likely), so the seed does not move it.
+  """
+
+  def __init__(self, d: int, num_labels: int, *, scale: float):
+    self.kernel = nnx.Param(jnp.zeros((d, num_labels), jnp.float32))
+    self.bias = nnx.Param(jnp.zeros((num_labels,), jnp.float32))
+    self.scale = scale
+
+  def __call__(self, emb: jax.Array) -> jax.Array:
+    """[batch, d] float -> logits [batch, num_labels] float32."""
+    return head_logits(l2_normalize(emb), self.kernel[...], self.bias[...], self.scale)
+
+
+def head_logits(unit, kernel, bias, scale: float):
+  """`IntentHead`'s logits from unit encodings: [n, d] x [d, c] -> [n, c] (jax or numpy)."""
+  return scale * (unit @ kernel) + bias
+
+
 class PairClassifier(nnx.Module):
   """The `smax` classifier over [u; v; |u - v|]: Linear(3d, 2).
 

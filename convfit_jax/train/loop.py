@@ -112,8 +112,10 @@ def fit(state: TrainState, step_fn: Callable, batches: Iterator[Any], *,
     bar.set_postfix({"loss": f"{means['train/loss']:.4f}", f"{examples_name}/s": f"{rate:.1f}"})
     workdir.write_scalars(step, {**means, "train/learning_rate": float(schedule(step - 1)),
                                  f"train/{examples_name}_per_second": rate})
-    logging.info("steps %d-%d: loss %.4f, %.1f %s/s", first, step, means["train/loss"], rate,
-                 examples_name, extra=FILE_ONLY)
+    # A loss of named parts (contrast + head, ...) shows each beside the total.
+    parts = "".join(f", {k} {v / n:.4f}" for k, v in totals.items() if k not in ("loss", "grad_norm"))
+    logging.info("steps %d-%d: loss %.4f%s, %.1f %s/s", first, step, means["train/loss"], parts,
+                 rate, examples_name, extra=FILE_ONLY)
     checkpointer.save(state, meta={"train_seconds": train_seconds})
     if due_eval:
       evaluate(state, step)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,7 @@ from convfit_jax.configs.stage2 import objective
 from convfit_jax.data import batching, intent, label_batches, pairs as pairs_lib
 from convfit_jax.encoder import Encoder
 from convfit_jax.evaluators import calibration
+from convfit_jax.models import heads
 from convfit_jax.models.sentence import SentenceEncoder
 from convfit_jax.models.siamese import SiameseEncoder
 from convfit_jax.train import trainer
@@ -84,9 +85,10 @@ def loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array], dropout_key: 
 
 
 def dense_loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array],
-                  dropout_key: jax.Array | None, *, loss: str, options: Mapping[str, Any]
-                  ) -> jax.Array:
-  """The dense Stage 2 loss of one label batch.
+                  dropout_key: jax.Array | None, *, loss: str, options: Mapping[str, Any],
+                  head_weight: float = 0.0) -> jax.Array | dict[str, jax.Array]:
+  """The dense Stage 2 loss of one label batch, plus `head_weight` x the intent head's
+  cross-entropy when the model has one ({"loss", "contrast", "head"} then).
 
   Args:
     batch: input_ids, attention_mask, position_ids [R, W] int32 (the batch's distinct
@@ -96,8 +98,12 @@ def dense_loss_fn(model: SiameseEncoder, batch: Mapping[str, jax.Array],
   """
   emb = model.encoder(batch["input_ids"], batch["attention_mask"], dropout_key=dropout_key,
                       position_ids=batch["position_ids"], slots=batch["slots"])
-  return losses.DENSE_LOSSES[loss](emb, batch["labels"], batch["weights"], params=model.classifier,
-                                   **options)
+  contrast = losses.DENSE_LOSSES[loss](emb, batch["labels"], batch["weights"],
+                                       params=model.classifier, **options)
+  if model.intent_head is None:
+    return contrast
+  head = losses.cross_entropy(model.intent_head(emb), batch["labels"], batch["weights"])
+  return {"loss": contrast + head_weight * head, "contrast": contrast, "head": head}
 
 
 def loss_and_grads(state: TrainState, batch: Mapping[str, jax.Array], *,
@@ -107,16 +113,23 @@ def loss_and_grads(state: TrainState, batch: Mapping[str, jax.Array], *,
   t = train_config
   if t.sampler == "labels":
     options = dense_options(t)
-    fn = lambda model, b, key: dense_loss_fn(model, b, key, loss=t.loss, options=options)
+    fn = lambda model, b, key: dense_loss_fn(model, b, key, loss=t.loss, options=options,
+                                             head_weight=t.head_weight)
   else:
     fn = lambda model, b, key: loss_fn(model, b, key, loss=t.loss, margin=t.margin)
   return trainer.value_and_grad(fn, state, batch)
 
 
-def sentences_per_step(train_config: ml_collections.ConfigDict) -> int:
-  """Sentences a step encodes at most: 2B for B pairs, P*K for a label batch."""
+def sentences_per_step(train_config: ml_collections.ConfigDict, anchors: bool | None = None
+                       ) -> int:
+  """Sentences a step encodes at most: 2B for B pairs; for a label batch P*K, plus P
+  intent texts with anchors (`anchors`, default `label_anchors`), times `views`."""
   t = train_config
-  return t.labels_per_batch * t.examples_per_label if t.sampler == "labels" else 2 * t.batch_size
+  if t.sampler != "labels":
+    return 2 * t.batch_size
+  anchors = t.label_anchors if anchors is None else anchors
+  return label_batches.batch_places(t.labels_per_batch, t.examples_per_label, views=t.views,
+                                    anchors=anchors)
 
 
 def memory_estimate(num_params: int, config: ml_collections.ConfigDict, model_config) -> dict[str, float]:
@@ -146,6 +159,25 @@ def check_train_config(t: ml_collections.ConfigDict) -> None:
   if t.sampler == "labels" and (t.examples_per_label < 2 or t.labels_per_batch < 1):
     raise ValueError(f"train.examples_per_label={t.examples_per_label} must be >= 2 (a group "
                      f"needs a positive) and train.labels_per_batch={t.labels_per_batch} >= 1")
+  if t.views < 1:
+    raise ValueError(f"train.views={t.views}: need at least 1 (1 = each sentence once)")
+  if t.sampler == "pairs" and (t.views > 1 or t.label_anchors or t.head_weight):
+    raise ValueError("train.views, train.label_anchors and train.head_weight act on label "
+                     "batches: they need train.sampler=labels")
+  if t.head_weight < 0:
+    raise ValueError(f"train.head_weight={t.head_weight}: need >= 0 (0 = no intent head)")
+
+
+class IntentScorer(NamedTuple):
+  """The trained intent head, to score unit encodings: `heads.head_logits(unit, kernel,
+  bias, scale)` [n, c] over `label_names` (the training set's)."""
+  kernel: np.ndarray
+  bias: np.ndarray
+  scale: float
+  label_names: tuple
+
+  def logits(self, unit: np.ndarray) -> np.ndarray:
+    return heads.head_logits(np.asarray(unit, np.float32), self.kernel, self.bias, self.scale)
 
 
 class Stage2:
@@ -163,7 +195,8 @@ class Stage2:
     self.labels = data.train.labels
     self.built = models.get(config.model.name).build(
         config.model, seed=config.seed, classifier=t.loss == "smax",
-        train_texts=lambda: data.train.texts)
+        train_texts=lambda: data.train.texts,
+        intent_labels=data.num_labels if t.head_weight > 0 else 0, head_scale=t.scale)
     self.module = models.get(config.model.encoder)
     d = config.data
     num_params = count_params(nnx.state(self.built.model, nnx.Param))
@@ -172,14 +205,27 @@ class Stage2:
     encoder = self.built.model.encoder
     if isinstance(encoder, SentenceEncoder):
       self.counts["memory_estimate"] = memory_estimate(num_params, config, encoder.config)
+    texts = data.train.texts
+    self.anchors = bool(self.dense and t.label_anchors)
+    if self.anchors:
+      names = data.label_texts
+      if names is None:
+        logging.warning("train.label_anchors: %s's intent names hold no words (%s, ...); "
+                        "training without them", data.name, ", ".join(map(str, data.label_names[:3])))
+        self.anchors = False
+      else:
+        texts = texts + names
     if self.dense:
       p, k = t.labels_per_batch, t.examples_per_label
       per_epoch = label_batches.layout(self.labels, p, k).steps_per_epoch
-      self.examples_per_step, self.examples_name = sentences_per_step(t), "sentences"
-      layout = label_batches.summary(self.labels, p, k)
+      # Anchors dropped for want of names encode no intent texts.
+      self.examples_per_step = sentences_per_step(t, anchors=self.anchors)
+      self.examples_name = "sentences"
+      layout = label_batches.summary(self.labels, p, k, views=t.views, anchors=self.anchors)
       self.counts["sentences_per_step"] = self.examples_per_step
       # Every data-parallel device takes an equal share; the extra places are padding.
-      self.places = label_batches.batch_places(p, k, mesh.shape[sharding.DATA])
+      self.places = label_batches.batch_places(p, k, mesh.shape[sharding.DATA], views=t.views,
+                                               anchors=self.anchors)
     else:
       self.pairs = pairs_lib.build_pairs(self.labels, d.negatives, seed=d.seed,
                                          max_pairs_per_label=d.max_pairs_per_label or None)
@@ -192,7 +238,7 @@ class Stage2:
     self.counts["total_steps"] = self.total_steps
     logging.info("%s: %d training examples, %d intents; %s; %s", data.name, len(data.train),
                  data.num_labels, layout, trainer.schedule_summary(per_epoch, t))
-    self.table = batching.SentenceTable.from_texts(self.built.tokenizer, data.train.texts,
+    self.table = batching.SentenceTable.from_texts(self.built.tokenizer, texts,
                                                    config.model.max_length, self.built.packs)
 
   @functools.cached_property
@@ -204,11 +250,12 @@ class Stage2:
     if self.dense:
       rows = label_batches.label_batch_rows(self.table, self.labels, labels_per_batch=t.labels_per_batch,
                                             examples_per_label=t.examples_per_label,
-                                            places=self.places, **common)
+                                            places=self.places, views=t.views,
+                                            anchors=self.anchors, **common)
     else:
       rows = batching.pair_batch_rows(self.table, self.pairs, batch_size=t.batch_size, **common)
     logging.info("stage2: %d sentences of a batch packed into %d rows of %d per process",
-                 sentences_per_step(t) // jax.process_count(), rows, self.table.width)
+                 sentences_per_step(t, self.anchors) // jax.process_count(), rows, self.table.width)
     return rows
 
   def batches(self, start_step: int) -> Iterator[batching.PairBatch | label_batches.LabelBatch]:
@@ -217,7 +264,8 @@ class Stage2:
       batches = label_batches.label_batches(
           self.table, self.labels, labels_per_batch=t.labels_per_batch,
           examples_per_label=t.examples_per_label, rows=self.rows, seed=seed,
-          start_step=start_step, num_steps=steps, places=self.places)
+          start_step=start_step, num_steps=steps, places=self.places, views=t.views,
+          anchors=self.anchors)
     else:
       batches = batching.pair_batches(self.table, self.pairs, loss=t.loss, rows=self.rows,
                                       batch_size=t.batch_size, seed=seed, start_step=start_step,
@@ -239,7 +287,13 @@ class Stage2:
     return trainer.text_encoder(self.module, self.built, model.encoder, self.config.model)
 
   def predictors(self, model: SiameseEncoder) -> dict[str, Any]:
-    return {"text": self.encoder(model)}
+    """text: the encoder; intent_head (with `train.head_weight`): an `IntentScorer`."""
+    out = {"text": self.encoder(model)}
+    if model.intent_head is not None:
+      h = model.intent_head
+      out["intent_head"] = IntentScorer(np.asarray(h.kernel[...]), np.asarray(h.bias[...]),
+                                        h.scale, self.data.label_names)
+    return out
 
   def export(self, model: SiameseEncoder, folder: Path) -> None:
     """The encoder into `folder` (model/), and beside it classifier/: that encoder with the
