@@ -10,8 +10,20 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import atexit
 import pathlib
+import shutil
 import sys
+import tempfile
+
+# One persistent XLA compilation cache per test process, inherited by the command-line runs
+# the tests start: a killed-and-resumed run, or the same tiny model in several runs, compiles
+# once (a third off the resume tests' time). Entries of every size and compile time.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="convfit_jax_test_xla_cache_")
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 import pytest
 

@@ -141,9 +141,9 @@ def _cli(overrides):
       f"--config.{k}={v}" for k, v in overrides.items()]
 
 
-@pytest.mark.parametrize("sampler", ["pairs", "labels"])
-def test_killed_run_resumes_to_the_same_parameters(sampler, tiny_bert_dir, tmp_path):
-  steps = {"train.max_steps": 24, "train.sampler": sampler, "train.labels_per_batch": 4,
+def test_killed_run_resumes_to_the_same_parameters(tiny_bert_dir, tmp_path):
+  # On label batches; the pairs' iterator resumes the same way (test_data_batching).
+  steps = {"train.max_steps": 24, "train.sampler": "labels", "train.labels_per_batch": 4,
            "train.examples_per_label": 2}
   full = tmp_path / "full"
   r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
@@ -175,8 +175,6 @@ def test_killed_run_resumes_to_the_same_parameters(sampler, tiny_bert_dir, tmp_p
   metrics_b = json.loads((killed / "metrics.json").read_text())
   assert metrics_a["knn_accuracy"] == metrics_b["knn_accuracy"]
 
-  if sampler == "pairs":
-    return  # what follows does not depend on the sampler: checked once
   # A finished run is not retrained: rerunning leaves the checkpoints as they are.
   before = sorted(p.name for p in (full / "checkpoints").iterdir())
   r = subprocess.run(_cli(_overrides(tiny_bert_dir, full, **steps)), cwd=REPO, capture_output=True,
