@@ -16,9 +16,11 @@ import shutil
 import sys
 import tempfile
 
-# One persistent XLA compilation cache per test process, inherited by the command-line runs
-# the tests start: a killed-and-resumed run, or the same tiny model in several runs, compiles
-# once (a third off the resume tests' time). Entries of every size and compile time.
+# One persistent XLA compilation cache per test session: made by the first process to load
+# this file (pytest's, or xdist's controller), inherited through the environment by its
+# workers and by the command-line runs the tests start, so a killed-and-resumed run, or the
+# same tiny model in several runs, compiles once (a third off the resume tests' time).
+# Entries of every size and compile time; the process that made it removes it at exit.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix="convfit_jax_test_xla_cache_")
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
